@@ -111,8 +111,18 @@ class ChannelSequence:
         r = np.asarray(red, dtype=np.float64)
         k = r.shape[1] if r.ndim == 2 else 2
         r = check_redaction(r, k)
-        uniq, inverse = np.unique(r, axis=0, return_inverse=True)
-        tables = np.stack([redaction_table(row) for row in uniq]) if len(uniq) else np.zeros((1, k, k + 1))
-        if not len(uniq):
-            tables[0, :, k] = 1.0
-        return cls(tables, inverse.reshape(-1))
+        # Table 0 is "always release"; only the other rows are de-duplicated (fast for long plans).
+        index = np.zeros(r.shape[0], dtype=np.int64)
+        rest = np.flatnonzero(r.any(axis=1))
+        uniq, inverse = np.unique(r[rest], axis=0, return_inverse=True)
+        index[rest] = inverse.reshape(-1) + 1
+        tables = np.stack([redaction_table(row) for row in np.vstack([np.zeros((1, k)), uniq])])
+        return cls(tables, index)
+
+    def revealing_tables(self) -> NDArray[np.bool_]:
+        """Per table: does every output identify the input (each column has one non-zero row)?
+
+        Past such a record the rest of a side is independent of the private record given the
+        revealed value, so the exact audit may stop there.
+        """
+        return ((self.tables > 0).sum(axis=1) <= 1).all(axis=1)

@@ -158,9 +158,19 @@ def side_range(
     tables: NDArray[np.float64],
     index: NDArray[np.int64],
     *,
+    revealing: NDArray[np.bool_] | None = None,
     use_numpy: bool = False,
 ) -> SideRange:
-    """Exact log-ratio range of one side (see module docstring). ``index`` is ordered outward."""
+    """Exact log-ratio range of one side (see module docstring). ``index`` is ordered outward.
+
+    With ``revealing`` (per table, see :meth:`ChannelSequence.revealing_tables`) the side is cut
+    after its first revealing record: what lies beyond is independent of X_p given that record's
+    value, so the result is unchanged and the cost is the distance to that record.
+    """
+    if revealing is not None and index.shape[0]:
+        hits = np.flatnonzero(revealing[index])
+        if hits.size:
+            index = index[: hits[0] + 1]
     if index.shape[0] == 0:
         return EMPTY_SIDE
     kernels = np.ascontiguousarray(kernels, dtype=np.float64)
@@ -219,9 +229,8 @@ def exact_leakage(
 ) -> Leakage:
     """Exact L(X_p → Y) for channels ``seq`` applied to a binary ``chain``; p is a 0-based index."""
     _require_binary_private(chain, seq, p)
-    right = side_range(chain.matrix[None], seq.tables, seq.index[p + 1 :], use_numpy=use_numpy)
-    left = side_range(left_kernels(chain, p), seq.tables, seq.index[p - 1 :: -1] if p else seq.index[:0],
-                      use_numpy=use_numpy)
+    right = _side(chain, seq, p, "right", use_numpy)
+    left = _side(chain, seq, p, "left", use_numpy)
     e_p = seq.table(p)
     total = -math.inf
     for y in range(seq.m):
@@ -235,14 +244,27 @@ def exact_leakage(
     return Leakage(total, left.leakage, right.leakage)
 
 
+def _side(chain: MarkovChain, seq: ChannelSequence, p: int, side: str, use_numpy: bool) -> SideRange:
+    revealing = seq.revealing_tables()
+    if side == "right":
+        return side_range(chain.matrix[None], seq.tables, seq.index[p + 1 :], revealing=revealing,
+                          use_numpy=use_numpy)
+    if side == "left":
+        idx = seq.index[p - 1 :: -1] if p else seq.index[:0]
+        if not chain.stationary and idx.size:
+            hits = np.flatnonzero(revealing[idx])
+            if hits.size:  # build the per-step kernels only as far as they are needed
+                idx = idx[: hits[0] + 1]
+            kern = left_kernels(chain, p)[: idx.size]
+        else:
+            kern = left_kernels(chain, p)
+        return side_range(kern, seq.tables, idx, revealing=revealing, use_numpy=use_numpy)
+    raise ValueError("side must be 'left' or 'right'")
+
+
 def side_leakage(
     chain: MarkovChain, seq: ChannelSequence, p: int, side: str, *, use_numpy: bool = False
 ) -> float:
     """L(X_p → Y_side) for ``side`` in {"left", "right"}, without computing the other side."""
     _require_binary_private(chain, seq, p)
-    if side == "right":
-        return side_range(chain.matrix[None], seq.tables, seq.index[p + 1 :], use_numpy=use_numpy).leakage
-    if side == "left":
-        idx = seq.index[p - 1 :: -1] if p else seq.index[:0]
-        return side_range(left_kernels(chain, p), seq.tables, idx, use_numpy=use_numpy).leakage
-    raise ValueError("side must be 'left' or 'right'")
+    return _side(chain, seq, p, side, use_numpy).leakage

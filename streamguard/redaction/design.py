@@ -1,0 +1,214 @@
+"""Choosing the M-region redaction probabilities q of one side (paper 000 §IV-B, notes/000 §4.2–4.3).
+
+Relaxed leakage bound, completed (notes/000 §4.2 erratum: Eq. 4 alone omits case (a)). Order the
+M records of a side outward, m_1 … m_K. For m_k let δ_k be the influence of the value the *next
+non-L record* would release (its common value if it is in M, its larger influence if it is in S;
+δ_k = 0 if the chain ends first). Every output is bounded by one of
+
+    (a) i of the first non-L record            ≤ ε'  ≤ e   (by the region rule)
+    (b) δ_k − Σ_{j ≤ k} log q_{m_j}            ≤ e   for k = 1..K,
+
+so the side is e-private whenever b_k := e − δ_k ≥ U_k := Σ_{j≤k} u_j with u_j = −log q_{m_j}.
+(The "next non-L record" form equals the paper's δ_t for contiguous L|M|S bands and stays valid
+when the bands are not contiguous.)
+
+Designs:
+- ``paper``: the paper's common q = max_k exp(−b_k / k).
+- ``optimal``: the exact optimum of min Σ q s.t. the constraints: U is the greatest convex minorant
+  (lower convex hull) of (0, 0), (1, b_1), …, (K, b_K) and u_k its slopes (notes/000 §4.2, derived).
+- ``exact``: the smallest q whose *exact* side leakage meets the budget: bisection on a common q,
+  and per-position refinement (pairwise exchange, then coordinate bisection) started from the
+  better of that and ``optimal`` (notes/000 §4.3). Every accepted point is checked with the exact audit, so privacy does not rest
+  on monotonicity; the start point is feasible by the relaxed bound, so ``exact`` ≥ ``optimal``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .regions import L, M, side_redaction
+
+DESIGNS = ("paper", "optimal", "exact")
+
+#: Relative slack kept below the budget when the exact design accepts a point (audit round-off).
+EXACT_SLACK = 1e-12
+_BISECT_COMMON = 60
+_BISECT_EACH = 40
+_EXCHANGE_STEPS = (0.2, 0.05, 0.01, 0.002)
+_EXCHANGE_ROUNDS = 20
+
+
+def relaxation_slacks(
+    influences: NDArray[np.float64], regions: NDArray[np.int8], common: NDArray[np.int8], budget: float
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """M positions (0-based distances − 1, outward) and their b_k = budget − δ_k."""
+    m_pos = np.flatnonzero(regions == M)
+    non_l = np.flatnonzero(regions != L)
+    b = np.empty(m_pos.shape[0])
+    for k, j in enumerate(m_pos):
+        after = non_l[non_l > j]
+        if after.size == 0:
+            delta = 0.0  # the chain ends: the all-⊥ output (case (c) of notes/000 §4.2)
+        else:
+            s = int(after[0])
+            delta = influences[s, common[s]] if regions[s] == M else influences[s].max()
+        b[k] = budget - delta
+    return m_pos, np.maximum(b, 0.0)
+
+
+def _round_q_up(u: NDArray[np.float64]) -> NDArray[np.float64]:
+    """q = exp(−u), rounded up by one ulp so that round-off never loosens the bound."""
+    return np.minimum(np.nextafter(np.exp(-u), 2.0), 1.0)
+
+
+def q_paper(b: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Common q = max_k exp(−b_k / k) for every M record (paper 000 §IV-B)."""
+    if b.size == 0:
+        return b.copy()
+    k = np.arange(1, b.size + 1)
+    u = float(np.min(b / k))
+    return _round_q_up(np.full(b.size, u))
+
+
+def q_optimal(b: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Exact optimum of the convex relaxation: slopes of the lower convex hull of (k, b_k)."""
+    K = b.size
+    if K == 0:
+        return b.copy()
+    xs = np.arange(K + 1, dtype=np.float64)
+    ys = np.concatenate([[0.0], b])
+    hull = [0]
+    for i in range(1, K + 1):
+        while len(hull) >= 2:
+            i0, i1 = hull[-2], hull[-1]
+            # drop i1 if it lies on or above the segment i0 → i
+            if (ys[i1] - ys[i0]) * (xs[i] - xs[i0]) >= (ys[i] - ys[i0]) * (xs[i1] - xs[i0]):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    u = np.empty(K)
+    for a, c in zip(hull[:-1], hull[1:]):
+        u[a:c] = (ys[c] - ys[a]) / (c - a)
+    return _round_q_up(np.maximum(u, 0.0))
+
+
+SideOracle = Callable[[NDArray[np.float64]], float]
+
+
+def q_exact(
+    regions: NDArray[np.int8],
+    common: NDArray[np.int8],
+    start: NDArray[np.float64],
+    budget: float,
+    leakage_of: SideOracle,
+) -> NDArray[np.float64]:
+    """Smallest q of the M records whose exact side leakage ≤ budget·(1 − EXACT_SLACK).
+
+    ``start`` (one q per M record, outward) must be feasible; the ``optimal`` design is, by the
+    relaxed bound. ``leakage_of`` maps a side's (D, 2) redaction table to its exact leakage.
+    """
+    m_pos = np.flatnonzero(regions == M)
+    K = m_pos.size
+    if K == 0:
+        return start.copy()
+    limit = budget * (1.0 - EXACT_SLACK)
+    q_full = np.zeros(regions.shape[0])
+
+    def feasible(q: NDArray[np.float64]) -> bool:
+        q_full[m_pos] = q
+        return leakage_of(side_redaction(regions, common, q_full)) <= limit
+
+    candidates = [start.copy()] if feasible(start) else []
+    cq = common_q_exact(regions, common, budget, leakage_of)
+    if cq is not None and feasible(np.full(K, cq)):
+        candidates.append(np.full(K, cq))
+    if not candidates:  # cannot happen for a valid region layout; fail closed
+        return np.ones(K)
+    q = min(candidates, key=lambda c: float(c.sum())).copy()
+
+    def lowest(q: NDArray[np.float64], j: int) -> NDArray[np.float64]:
+        """Lower q[j] by bisection as far as the exact leakage allows (q stays feasible)."""
+        lo, hi = 0.0, q[j]
+        trial = q.copy()
+        for _ in range(_BISECT_EACH):
+            trial[j] = 0.5 * (lo + hi)
+            if feasible(trial):
+                hi = trial[j]
+            else:
+                lo = trial[j]
+        trial[j] = hi
+        return trial
+
+    # Per-position refinement by pairwise exchange: raise q_i by h, lower q_j as far as feasible,
+    # keep the move when Σq drops (it reproduces and slightly beats notes/000 §4.3's numbers).
+    for h in _EXCHANGE_STEPS:
+        for _ in range(_EXCHANGE_ROUNDS):
+            improved = False
+            for i in range(K):
+                for j in range(K):
+                    if i == j or q[i] >= 1.0:
+                        continue
+                    raised = q.copy()
+                    raised[i] = min(1.0, raised[i] + h)
+                    trial = lowest(raised, j)
+                    if trial.sum() < q.sum() - 1e-12 and feasible(trial):
+                        q, improved = trial, True
+            if not improved:
+                break
+    for j in range(K - 1, -1, -1):
+        q = lowest(q, j)
+    return q
+
+
+def common_q_exact(
+    regions: NDArray[np.int8], common: NDArray[np.int8], budget: float, leakage_of: SideOracle
+) -> float | None:
+    """The paper's "3R (numerical)" design: the smallest common q with exact leakage ≤ budget."""
+    m_pos = np.flatnonzero(regions == M)
+    if m_pos.size == 0:
+        return None
+    q_full = np.zeros(regions.shape[0])
+
+    def feasible(v: float) -> bool:
+        q_full[m_pos] = v
+        return leakage_of(side_redaction(regions, common, q_full)) <= budget * (1.0 - EXACT_SLACK)
+
+    lo, hi = 0.0, 1.0
+    for _ in range(_BISECT_COMMON):
+        mid = 0.5 * (lo + hi)
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def design_side(
+    influences: NDArray[np.float64],
+    regions: NDArray[np.int8],
+    common: NDArray[np.int8],
+    budget: float,
+    design: str,
+    leakage_of: SideOracle | None = None,
+) -> NDArray[np.float64]:
+    """The (D, 2) redaction table of a side for the given ``design`` (see module docstring)."""
+    if design not in DESIGNS:
+        raise ValueError(f"unknown design {design!r}; expected one of {', '.join(DESIGNS)}")
+    m_pos, b = relaxation_slacks(influences, regions, common, budget)
+    qm = q_paper(b) if design == "paper" else q_optimal(b)
+    if design == "exact" and m_pos.size:
+        if leakage_of is None:
+            raise ValueError("the exact design needs an exact leakage oracle")
+        qm = q_exact(regions, common, qm, budget, leakage_of)
+    q = np.zeros(regions.shape[0])
+    q[m_pos] = qm
+    return side_redaction(regions, common, q)
+
+
+def expected_released(red: NDArray[np.float64], marginals: NDArray[np.float64]) -> float:
+    """Σ_t Σ_x Pr(X_t = x) (1 − r_t(x)): expected number of released records (paper 000 Eq. 3)."""
+    return float(np.sum(marginals * (1.0 - red)))

@@ -1,0 +1,301 @@
+"""3R redaction plans: for a finite chain of n records, and for streams by signed distance to p.
+
+Composition of the two sides (notes/000 §4.1, derived): given X_p the sides are independent and
+Y_p = ⊥, so L(X_p → Y) ≤ L_left + L_right. Each side is therefore designed alone with its share of
+the budget, ε_ℓ + ε_r ≤ ε:
+
+- ``even``: ε/2 each (paper 000 Thm 1); a side with no records gives its share to the other (as
+  the paper does for p = 1).
+- a number ε_ℓ ∈ [0, ε]: ε_r = ε − ε_ℓ (same rule for an empty side).
+- ``optimize``: the split with the fewest expected redactions among ε_ℓ ∈ {0, ε}, a grid, and the
+  breakpoints {i_left(Δ)} ∪ {ε − i_right(Δ)} where regions change (notes/000 §4.4).
+
+Several private records combine by the element-wise maximum of their redaction tables
+(notes/000 §4.5, paper 000 footnote 1): a larger redaction probability is a post-processing of a
+smaller one, so no private record loses protection. The plan reports the exact leakage about each
+private record of the *combined* plan.
+
+Indices are 0-based here; the CLI prints the papers' 1-based positions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..audit.exact import Leakage, exact_leakage
+from ..chain import MarkovChain
+from ..channel import ChannelSequence
+from .regions import L, NAMES, S
+from .side import SideModel, SidePlan, best_side
+
+SPLITS = ("even", "optimize")
+_SPLIT_GRID = 16
+
+
+def check_epsilon(epsilon: float) -> float:
+    eps = float(epsilon)
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError("epsilon must be a finite number > 0")
+    return eps
+
+
+def _split_candidates(
+    split: str | float, epsilon: float, left: SideModel, right: SideModel
+) -> list[tuple[float, float]]:
+    left_empty, right_empty = left.length == 0, right.length == 0
+
+    def donate(el: float, er: float) -> tuple[float, float]:
+        if left_empty and right_empty:
+            return 0.0, 0.0
+        if left_empty:
+            return 0.0, epsilon
+        if right_empty:
+            return epsilon, 0.0
+        return el, er
+
+    if split == "even":
+        return [donate(epsilon / 2, epsilon / 2)]
+    if split == "optimize":
+        if left_empty or right_empty:
+            return [donate(0.0, 0.0)]
+        cands: set[float] = set(np.linspace(0.0, epsilon, _SPLIT_GRID + 1).tolist())
+        for model, mirror in ((left, False), (right, True)):
+            count = 4 if model.length is None else min(model.length, 4)
+            infl = model.influences(count)
+            while infl.max(axis=1)[-1] > epsilon and (model.length is None or count < model.length):
+                count = count * 2 if model.length is None else min(count * 2, model.length)
+                infl = model.influences(count)
+            for v in np.unique(infl):
+                if 0 < v <= epsilon:
+                    cands.add(float(epsilon - v) if mirror else float(v))
+        pairs = []
+        for el in sorted(cands):
+            if left.length is None and el < 1e-12:
+                continue  # a stream cannot redact its whole past
+            if right.length is None and epsilon - el < 1e-12:
+                continue
+            er = epsilon - el
+            if el + er > epsilon:  # round-off: never exceed the budget
+                er = float(np.nextafter(er, 0.0))
+            pairs.append((el, er))
+        return pairs
+    try:
+        el = float(split)
+    except (TypeError, ValueError):
+        raise ValueError(f"split must be 'even', 'optimize' or a number in [0, ε], got {split!r}") from None
+    if not (math.isfinite(el) and 0.0 <= el <= epsilon):
+        raise ValueError("split: the left budget must lie in [0, ε]")
+    er = epsilon - el
+    if el + er > epsilon:
+        er = float(np.nextafter(er, 0.0))
+    return [donate(el, er)]
+
+
+def plan_sides(
+    left: SideModel,
+    right: SideModel,
+    epsilon: float,
+    design: str,
+    split: str | float = "even",
+    threshold: float | str | None = None,
+) -> tuple[SidePlan, SidePlan]:
+    """Both sides of one private record under the split rule (module docstring)."""
+    cache: dict[tuple[str, float], SidePlan] = {}
+
+    def side(name: str, model: SideModel, budget: float) -> SidePlan:
+        key = (name, budget)
+        if key not in cache:
+            cache[key] = best_side(model, budget, design, threshold)
+        return cache[key]
+
+    best: tuple[SidePlan, SidePlan] | None = None
+    for el, er in _split_candidates(split, epsilon, left, right):
+        pair = (side("left", left, el), side("right", right, er))
+        if best is None or pair[0].expected_redacted + pair[1].expected_redacted < (
+            best[0].expected_redacted + best[1].expected_redacted - 1e-12
+        ):
+            best = pair
+    assert best is not None
+    return best
+
+
+@dataclass(frozen=True)
+class RedactionPlan:
+    """Per-record redaction probabilities for a finite chain of ``n`` records.
+
+    ``red[t] = (Pr(Y_t=⊥ | X_t=0), Pr(Y_t=⊥ | X_t=1))``; ``regions[t]`` ∈ {S, M, L} codes (the
+    most protective over the private records); ``splits[p] = (ε_ℓ, ε_r)``; ``leakage[p]`` is the
+    exact leakage about record p of the whole plan.
+    """
+
+    chain: MarkovChain
+    n: int
+    private: tuple[int, ...]
+    epsilon: float
+    design: str
+    red: NDArray[np.float64]
+    regions: NDArray[np.int8]
+    splits: dict[int, tuple[float, float]] = field(default_factory=dict)
+    leakage: dict[int, Leakage] = field(default_factory=dict)
+
+    @property
+    def utility(self) -> float:
+        """ν = (1/n) E[#released] (paper 000 Def. 2, Eq. 3)."""
+        return float(np.sum(self.chain.marginals(self.n) * (1.0 - self.red))) / self.n
+
+    def channels(self) -> ChannelSequence:
+        return ChannelSequence.from_redaction(self.red)
+
+    def region_names(self) -> list[str]:
+        return [NAMES[r] for r in self.regions]
+
+    def max_leakage(self) -> float:
+        return max((lk.total for lk in self.leakage.values()), default=0.0)
+
+
+def _check_private(n: int, private: Sequence[int]) -> tuple[int, ...]:
+    if n < 1:
+        raise ValueError("n must be ≥ 1")
+    ps = tuple(sorted({int(p) for p in private}))
+    if not ps:
+        raise ValueError("at least one private position is needed")
+    for p in ps:
+        if not 0 <= p < n:
+            raise ValueError(f"private position {p + 1} is outside 1..{n}")
+    return ps
+
+
+def place_side(red: NDArray[np.float64], regions: NDArray[np.int8], p: int, sp: SidePlan, direction: str) -> None:
+    """Write a side plan into a chain-wide table by element-wise maximum."""
+    D = sp.red.shape[0]
+    n = red.shape[0]
+    if direction == "right":
+        lo, hi = p + 1, min(n, p + 1 + D)
+        sl = slice(lo, hi)
+        src = slice(0, hi - lo)
+    else:
+        lo = max(0, p - D)
+        sl = slice(lo, p)
+        src = slice(p - lo - 1, None, -1) if p - lo > 0 else slice(0, 0)
+    np.maximum(red[sl], sp.red[src], out=red[sl])
+    np.maximum(regions[sl], sp.regions[src], out=regions[sl])
+
+
+def finalize(chain: MarkovChain, n: int, private: tuple[int, ...], epsilon: float, design: str,
+             red: NDArray[np.float64], regions: NDArray[np.int8],
+             splits: dict[int, tuple[float, float]]) -> RedactionPlan:
+    """Mark the private records L, audit every private record exactly, and build the plan."""
+    for p in private:
+        red[p] = 1.0
+        regions[p] = L
+    seq = ChannelSequence.from_redaction(red)
+    leak = {p: exact_leakage(chain, seq, p) for p in private}
+    return RedactionPlan(chain, n, private, epsilon, design, red, regions, splits, leak)
+
+
+def plan_redaction(
+    chain: MarkovChain,
+    n: int,
+    private: Sequence[int],
+    epsilon: float,
+    *,
+    design: str = "optimal",
+    split: str | float = "even",
+    threshold: float | str | None = None,
+) -> RedactionPlan:
+    """3R plan for a binary chain of n records protecting each index in ``private`` at ε.
+
+    ``design`` ∈ {paper, optimal, exact}; ``split`` ∈ {even, optimize} or ε_ℓ; ``threshold`` is
+    None (ε' = side budget), a fraction in (0, 1], or 'optimize' (notes/000 §7.8).
+    """
+    eps = check_epsilon(epsilon)
+    ps = _check_private(n, private)
+    if not chain.is_binary:
+        raise ValueError("3R planning needs a binary chain")
+    red = np.zeros((n, 2))
+    regions = np.full(n, S, dtype=np.int8)
+    splits = {}
+    for p in ps:
+        left = SideModel(chain, p, "left", p)
+        right = SideModel(chain, p, "right", n - 1 - p)
+        lp, rp = plan_sides(left, right, eps, design, split, threshold)
+        place_side(red, regions, p, lp, "left")
+        place_side(red, regions, p, rp, "right")
+        splits[p] = (lp.budget, rp.budget)
+    return finalize(chain, n, ps, eps, design, red, regions, splits)
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """A 3R plan for an unbounded stationary stream, as a table by signed distance d = t − p.
+
+    ``left.red[d−1]`` applies at t = p − d, ``right.red[d−1]`` at t = p + d, and p itself is
+    redacted. Records farther than the horizons are released. A publisher must hold each record
+    for ``left_horizon`` later records so that a mark at p still protects its left neighbours.
+    """
+
+    chain: MarkovChain
+    epsilon: float
+    design: str
+    left: SidePlan
+    right: SidePlan
+
+    @property
+    def left_horizon(self) -> int:
+        return self.left.horizon
+
+    @property
+    def right_horizon(self) -> int:
+        return self.right.horizon
+
+    def offsets(self) -> NDArray[np.int64]:
+        return np.arange(-self.left_horizon, self.right_horizon + 1)
+
+    def table(self) -> NDArray[np.float64]:
+        """(left_horizon + right_horizon + 1, 2) redaction rows for offsets −H_ℓ..H_r."""
+        rows = [self.left.red[: self.left_horizon][::-1], np.ones((1, 2)), self.right.red[: self.right_horizon]]
+        return np.vstack(rows)
+
+    def leakage(self) -> Leakage:
+        """Exact leakage about p of the table in an unbounded stationary stream.
+
+        One released record beyond each horizon ends each side exactly (regions.py), so a window
+        of H_ℓ + H_r + 3 records gives the infinite-stream value.
+        """
+        window = np.vstack([np.zeros((1, 2)), self.table(), np.zeros((1, 2))])
+        return exact_leakage(self.chain, ChannelSequence.from_redaction(window), self.left_horizon + 1)
+
+    def apply(self, n: int, private: Sequence[int]) -> RedactionPlan:
+        """The plan for records 0..n−1 with the table placed at each private index (element-wise
+        max). Truncating a side at the stream's start only removes records, which is safe."""
+        ps = _check_private(n, private)
+        red = np.zeros((n, 2))
+        regions = np.full(n, S, dtype=np.int8)
+        for p in ps:
+            place_side(red, regions, p, self.left, "left")
+            place_side(red, regions, p, self.right, "right")
+        splits = {p: (self.left.budget, self.right.budget) for p in ps}
+        return finalize(self.chain, n, ps, self.epsilon, self.design, red, regions, splits)
+
+
+def plan_stream(
+    chain: MarkovChain,
+    epsilon: float,
+    *,
+    design: str = "optimal",
+    split: str | float = "even",
+    threshold: float | str | None = None,
+) -> StreamPlan:
+    """3R plan by signed distance for an unbounded stream of a stationary binary chain."""
+    eps = check_epsilon(epsilon)
+    if not (chain.is_binary and chain.stationary):
+        raise ValueError("stream plans need a stationary binary chain")
+    left = SideModel(chain, 0, "left", None)
+    right = SideModel(chain, 0, "right", None)
+    lp, rp = plan_sides(left, right, eps, design, split, threshold)
+    return StreamPlan(chain, eps, design, lp, rp)
