@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from ..audit.exact import Leakage, exact_leakage
 from ..chain import MarkovChain
 from ..channel import ChannelSequence
+from ..sampling import BitSource, apply_redaction, thresholds
 from .regions import L, NAMES, S
 from .side import SideModel, SidePlan, best_side
 
@@ -150,6 +151,11 @@ class RedactionPlan:
 
     def channels(self) -> ChannelSequence:
         return ChannelSequence.from_redaction(self.red)
+
+    def privatize(self, states: NDArray[np.int8], source: BitSource) -> NDArray[np.int8]:
+        """Apply the plan to one realisation x_0..x_{n−1}: REDACTED (−1) or the true state."""
+        seq = self.channels()
+        return apply_redaction(states, thresholds(seq.tables[:, :, -1]), seq.index, source)
 
     def region_names(self) -> list[str]:
         return [NAMES[r] for r in self.regions]
