@@ -153,6 +153,21 @@ class SideRange:
 EMPTY_SIDE = SideRange(0.0, 0.0)
 
 
+def _first_revealing(revealing: NDArray[np.bool_], index: NDArray[np.int64]) -> int:
+    """Offset of the first record of ``index`` whose table is revealing (len(index) if none).
+
+    Scans in doubling chunks, so the cost is proportional to the distance found, not to n.
+    """
+    start, chunk = 0, 64
+    while start < index.shape[0]:
+        hits = np.flatnonzero(revealing[index[start : start + chunk]])
+        if hits.size:
+            return start + int(hits[0])
+        start += chunk
+        chunk *= 2
+    return int(index.shape[0])
+
+
 def side_range(
     kernels: NDArray[np.float64],
     tables: NDArray[np.float64],
@@ -167,10 +182,8 @@ def side_range(
     after its first revealing record: what lies beyond is independent of X_p given that record's
     value, so the result is unchanged and the cost is the distance to that record.
     """
-    if revealing is not None and index.shape[0]:
-        hits = np.flatnonzero(revealing[index])
-        if hits.size:
-            index = index[: hits[0] + 1]
+    if revealing is not None:
+        index = index[: _first_revealing(revealing, index) + 1]
     if index.shape[0] == 0:
         return EMPTY_SIDE
     kernels = np.ascontiguousarray(kernels, dtype=np.float64)
@@ -251,13 +264,10 @@ def _side(chain: MarkovChain, seq: ChannelSequence, p: int, side: str, use_numpy
                           use_numpy=use_numpy)
     if side == "left":
         idx = seq.index[p - 1 :: -1] if p else seq.index[:0]
-        if not chain.stationary and idx.size:
-            hits = np.flatnonzero(revealing[idx])
-            if hits.size:  # build the per-step kernels only as far as they are needed
-                idx = idx[: hits[0] + 1]
-            kern = left_kernels(chain, p)[: idx.size]
-        else:
-            kern = left_kernels(chain, p)
+        idx = idx[: _first_revealing(revealing, idx) + 1]
+        kern = left_kernels(chain, p)
+        if kern.shape[0] > 1:  # per-step kernels: only as far as the side reaches
+            kern = kern[: idx.size]
         return side_range(kern, seq.tables, idx, revealing=revealing, use_numpy=use_numpy)
     raise ValueError("side must be 'left' or 'right'")
 

@@ -147,6 +147,8 @@ class RedactionPlan:
     @property
     def utility(self) -> float:
         """ν = (1/n) E[#released] (paper 000 Def. 2, Eq. 3)."""
+        if self.chain.stationary:
+            return float((self.n - self.red.sum(axis=0)) @ self.chain.initial) / self.n
         return float(np.sum(self.chain.marginals(self.n) * (1.0 - self.red))) / self.n
 
     def channels(self) -> ChannelSequence:
