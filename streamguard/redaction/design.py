@@ -99,6 +99,45 @@ def q_optimal(b: NDArray[np.float64]) -> NDArray[np.float64]:
 SideOracle = Callable[[NDArray[np.float64]], float]
 
 
+def _feasibility(
+    regions: NDArray[np.int8], common: NDArray[np.int8], budget: float, leakage_of: SideOracle
+) -> Callable[[NDArray[np.float64] | float], bool]:
+    """Predicate on the M records' q (a vector, or one common value): exact leakage within budget."""
+    m_pos = np.flatnonzero(regions == M)
+    limit = budget * (1.0 - EXACT_SLACK)
+    q_full = np.zeros(regions.shape[0])
+
+    def feasible(q: NDArray[np.float64] | float) -> bool:
+        q_full[m_pos] = q
+        return leakage_of(side_redaction(regions, common, q_full)) <= limit
+
+    return feasible
+
+
+def _bisect_down(ok: Callable[[float], bool], hi: float, iterations: int) -> float:
+    """Smallest v in [0, hi] accepted by ``ok`` to within hi·2^−iterations; returns an accepted
+    value (hi itself is assumed accepted), never relying on ``ok`` being monotone."""
+    lo = 0.0
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def common_q_exact(
+    regions: NDArray[np.int8], common: NDArray[np.int8], budget: float, leakage_of: SideOracle
+) -> float | None:
+    """The paper's "3R (numerical)" design: the smallest common q with exact leakage ≤ budget
+    (None when the side has no M record, or when even q = 1 fails, which a valid layout excludes)."""
+    feasible = _feasibility(regions, common, budget, leakage_of)
+    if not np.any(regions == M) or not feasible(1.0):
+        return None
+    return _bisect_down(feasible, 1.0, _BISECT_COMMON)
+
+
 def q_exact(
     regions: NDArray[np.int8],
     common: NDArray[np.int8],
@@ -111,36 +150,27 @@ def q_exact(
     ``start`` (one q per M record, outward) must be feasible; the ``optimal`` design is, by the
     relaxed bound. ``leakage_of`` maps a side's (D, 2) redaction table to its exact leakage.
     """
-    m_pos = np.flatnonzero(regions == M)
-    K = m_pos.size
+    K = start.size
     if K == 0:
         return start.copy()
-    limit = budget * (1.0 - EXACT_SLACK)
-    q_full = np.zeros(regions.shape[0])
-
-    def feasible(q: NDArray[np.float64]) -> bool:
-        q_full[m_pos] = q
-        return leakage_of(side_redaction(regions, common, q_full)) <= limit
-
+    feasible = _feasibility(regions, common, budget, leakage_of)
     candidates = [start.copy()] if feasible(start) else []
     cq = common_q_exact(regions, common, budget, leakage_of)
-    if cq is not None and feasible(np.full(K, cq)):
+    if cq is not None:
         candidates.append(np.full(K, cq))
     if not candidates:  # cannot happen for a valid region layout; fail closed
         return np.ones(K)
     q = min(candidates, key=lambda c: float(c.sum())).copy()
 
     def lowest(q: NDArray[np.float64], j: int) -> NDArray[np.float64]:
-        """Lower q[j] by bisection as far as the exact leakage allows (q stays feasible)."""
-        lo, hi = 0.0, q[j]
+        """q with q[j] lowered as far as the exact leakage allows."""
         trial = q.copy()
-        for _ in range(_BISECT_EACH):
-            trial[j] = 0.5 * (lo + hi)
-            if feasible(trial):
-                hi = trial[j]
-            else:
-                lo = trial[j]
-        trial[j] = hi
+
+        def ok(v: float) -> bool:
+            trial[j] = v
+            return feasible(trial)
+
+        trial[j] = _bisect_down(ok, q[j], _BISECT_EACH)
         return trial
 
     # Per-position refinement by pairwise exchange: raise q_i by h, lower q_j as far as feasible,
@@ -162,29 +192,6 @@ def q_exact(
     for j in range(K - 1, -1, -1):
         q = lowest(q, j)
     return q
-
-
-def common_q_exact(
-    regions: NDArray[np.int8], common: NDArray[np.int8], budget: float, leakage_of: SideOracle
-) -> float | None:
-    """The paper's "3R (numerical)" design: the smallest common q with exact leakage ≤ budget."""
-    m_pos = np.flatnonzero(regions == M)
-    if m_pos.size == 0:
-        return None
-    q_full = np.zeros(regions.shape[0])
-
-    def feasible(v: float) -> bool:
-        q_full[m_pos] = v
-        return leakage_of(side_redaction(regions, common, q_full)) <= budget * (1.0 - EXACT_SLACK)
-
-    lo, hi = 0.0, 1.0
-    for _ in range(_BISECT_COMMON):
-        mid = 0.5 * (lo + hi)
-        if feasible(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def design_side(
