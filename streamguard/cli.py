@@ -23,7 +23,7 @@ from .chain import MarkovChain, ModelError
 from .channel import ChannelError, ChannelSequence
 from .redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from .redaction.design import DESIGNS
-from .redaction.plan import RedactionPlan, plan_redaction
+from .redaction.plan import RedactionPlan, plan_redaction, plan_stream
 
 
 class CliError(Exception):
@@ -139,16 +139,46 @@ def _brute(plan: RedactionPlan) -> dict[int, float]:
     return {p: brute_force_leakage(plan.chain, seq, p) for p in plan.private}
 
 
+def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
+    if args.baseline != "none" or args.brute or args.plot:
+        raise CliError("--stream plans 3R only (no --baseline, --brute or --plot)")
+    sp = plan_stream(chain, args.epsilon, design=args.design, split=args.split, threshold=args.threshold)
+    lk = sp.leakage()
+    table = sp.table()
+    if args.json:
+        print(json.dumps({
+            "stream": True, "epsilon": sp.epsilon, "design": sp.design,
+            "split": [sp.left.budget, sp.right.budget],
+            "model": {"alpha": chain.alpha, "beta": chain.beta},
+            "left_horizon": sp.left_horizon, "right_horizon": sp.right_horizon,
+            "offsets": sp.offsets().tolist(), "redaction": table.tolist(),
+            "leakage": lk.total, "leakage_sides": {"left": lk.left, "right": lk.right},
+        }))
+        return 0
+    print(f"3R stream plan — binary chain α={chain.alpha:g}, β={chain.beta:g}, ε={sp.epsilon:g} nats, "
+          f"design={sp.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
+    print(f"\n{'t − p':>8}  Pr(⊥|X=0)  Pr(⊥|X=1)")
+    for d, row in zip(sp.offsets(), table):
+        print(f"{int(d):>+8}  {row[0]:9.6f}  {row[1]:9.6f}")
+    print(f"\nhorizons: left {sp.left_horizon} (release delay), right {sp.right_horizon}; farther records are released")
+    print(f"exact leakage in an unbounded stream: {lk.total:.9f} nats (left {lk.left:.6g}, right {lk.right:.6g})")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     chain = _chain(args.alpha, args.beta, args.initial)
+    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise CliError("--epsilon must be a finite number > 0")
+    if args.stream:
+        return _stream_plan(args, chain)
+    if not args.private:
+        raise CliError("name at least one --private position (or use --stream)")
     if args.n is None or args.n < 1:
         raise CliError("--n must be a positive number of records")
     private = [p - 1 for p in args.private]
     for p in args.private:
         if not 1 <= p <= args.n:
             raise CliError(f"--private {p} is outside 1..{args.n}")
-    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-        raise CliError("--epsilon must be a finite number > 0")
     if args.baseline == "none":
         plan = plan_redaction(chain, args.n, private, args.epsilon, design=args.design, split=args.split,
                               threshold=args.threshold)
@@ -238,9 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Design 3R redaction (paper 000, corrected) or a baseline for a binary "
                        "Markov chain of n records and report its exact leakage and utility.")
     p.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats (> 0)")
-    p.add_argument("--n", type=int, required=True, help="number of records")
-    p.add_argument("--private", type=int, action="append", required=True,
+    p.add_argument("--n", type=int, help="number of records (not with --stream)")
+    p.add_argument("--private", type=int, action="append",
                    help="a private position (1-based); repeat for several")
+    p.add_argument("--stream", action="store_true",
+                   help="plan an unbounded stationary stream: a table by signed distance t − p")
     p.add_argument("--design", choices=DESIGNS, default="optimal",
                    help="q design: paper (common q), optimal (convex-relaxation optimum), "
                    "exact (smallest q by exact leakage); default optimal")
