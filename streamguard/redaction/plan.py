@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -151,13 +152,21 @@ class RedactionPlan:
             return float((self.n - self.red.sum(axis=0)) @ self.chain.initial) / self.n
         return float(np.sum(self.chain.marginals(self.n) * (1.0 - self.red))) / self.n
 
-    def channels(self) -> ChannelSequence:
+    @cached_property
+    def _channels(self) -> ChannelSequence:
         return ChannelSequence.from_redaction(self.red)
+
+    @cached_property
+    def _thresholds(self) -> NDArray[np.uint64]:
+        return thresholds(self._channels.tables[:, :, -1])
+
+    def channels(self) -> ChannelSequence:
+        """The plan as local channels (outputs 0, 1, ⊥), for the audit and the sampler."""
+        return self._channels
 
     def privatize(self, states: NDArray[np.int8], source: BitSource) -> NDArray[np.int8]:
         """Apply the plan to one realisation x_0..x_{n−1}: REDACTED (−1) or the true state."""
-        seq = self.channels()
-        return apply_redaction(states, thresholds(seq.tables[:, :, -1]), seq.index, source)
+        return apply_redaction(states, self._thresholds, self._channels.index, source)
 
     def region_names(self) -> list[str]:
         return [NAMES[r] for r in self.regions]
@@ -201,9 +210,11 @@ def finalize(chain: MarkovChain, n: int, private: tuple[int, ...], epsilon: floa
     for p in private:
         red[p] = 1.0
         regions[p] = L
-    seq = ChannelSequence.from_redaction(red)
-    leak = {p: exact_leakage(chain, seq, p) for p in private}
-    return RedactionPlan(chain, n, private, epsilon, design, red, regions, splits, leak)
+    red.setflags(write=False)
+    regions.setflags(write=False)
+    plan = RedactionPlan(chain, n, private, epsilon, design, red, regions, splits, {})
+    plan.leakage.update({p: exact_leakage(chain, plan.channels(), p) for p in private})
+    return plan
 
 
 def plan_redaction(
