@@ -3,7 +3,8 @@
 A source draws X_0 from the chain's initial law and X_{t+1} from row X_t of the transition matrix,
 by inverse-CDF on integer thresholds: with 63-bit uniform words w and cumulative thresholds
 C[i, j] = ⌈(Σ_{l ≤ j} P[i, l]) · 2⁶³⌉, X_{t+1} = min{j : w < C[X_t, j]}. Simulation only: its
-randomness is a seeded PCG64 stream, reproducible run to run.
+randomness is a seeded PCG64 stream (its own spawn key, independent of the redaction coins of a
+SeededSource with the same seed), reproducible run to run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from numpy.typing import NDArray
 from streamguard._jit import kernel
 from streamguard.chain import MarkovChain
 from streamguard.sampling import SeededSource, thresholds
+
+
+#: SeededSource stream of simulated data; redaction coins use stream 0, so one seed for both is safe.
+_SOURCE_STREAM = 1
 
 
 def _cumulative_thresholds(rows: NDArray[np.float64]) -> NDArray[np.uint64]:
@@ -56,7 +61,7 @@ class MarkovSource:
 
     def __init__(self, chain: MarkovChain, seed: int) -> None:
         self.chain = chain
-        self._bits = SeededSource(seed)
+        self._bits = SeededSource(seed, stream=_SOURCE_STREAM)
         self._cum = _cumulative_thresholds(chain.matrix)
         init = self._bits.words(1)[0] >> np.uint64(1)
         self._state = int(np.argmax(init < _cumulative_thresholds(chain.initial)))

@@ -47,14 +47,27 @@ def check_redaction(red: ArrayLike, k: int = 2) -> NDArray[np.float64]:
     return r
 
 
-def redaction_table(r: ArrayLike) -> NDArray[np.float64]:
-    """The k×(k+1) emission table of one redaction row r(x): outputs 0..k−1, then ⊥ (index k)."""
-    r = np.asarray(r, dtype=np.float64)
-    k = r.shape[0]
-    e = np.zeros((k, k + 1))
-    e[np.arange(k), np.arange(k)] = 1.0 - r
-    e[:, k] = r
+def redaction_tables(red: NDArray[np.float64]) -> NDArray[np.float64]:
+    """(D, k, k+1) emission tables of D redaction rows r(x): outputs 0..k−1, then ⊥ (index k)."""
+    D, k = red.shape
+    e = np.zeros((D, k, k + 1))
+    e[:, np.arange(k), np.arange(k)] = 1.0 - red
+    e[:, :, k] = red
     return e
+
+
+def redaction_table(r: ArrayLike) -> NDArray[np.float64]:
+    """The k×(k+1) emission table of one redaction row r(x) (see :func:`redaction_tables`)."""
+    return redaction_tables(np.asarray(r, dtype=np.float64)[None])[0]
+
+
+def revealing(tables: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Per table: does every output identify the input (each column has one non-zero row)?
+
+    Past such a record the rest of a side is independent of the private record given the
+    revealed value, so the exact audit may stop there.
+    """
+    return ((tables > 0).sum(axis=1) <= 1).all(axis=1)
 
 
 @dataclass(frozen=True)
@@ -113,16 +126,11 @@ class ChannelSequence:
         r = check_redaction(r, k)
         # Table 0 is "always release"; only the other rows are de-duplicated (fast for long plans).
         index = np.zeros(r.shape[0], dtype=np.int64)
-        rest = np.flatnonzero(r.any(axis=1))
+        rest = np.flatnonzero((r != 0).any(axis=1))
         uniq, inverse = np.unique(r[rest], axis=0, return_inverse=True)
         index[rest] = inverse.reshape(-1) + 1
-        tables = np.stack([redaction_table(row) for row in np.vstack([np.zeros((1, k)), uniq])])
-        return cls(tables, index)
+        return cls(redaction_tables(np.vstack([np.zeros((1, k)), uniq])), index)
 
     def revealing_tables(self) -> NDArray[np.bool_]:
-        """Per table: does every output identify the input (each column has one non-zero row)?
-
-        Past such a record the rest of a side is independent of the private record given the
-        revealed value, so the exact audit may stop there.
-        """
-        return ((self.tables > 0).sum(axis=1) <= 1).all(axis=1)
+        """:func:`revealing` of each stored table."""
+        return revealing(self.tables)

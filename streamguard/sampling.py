@@ -44,12 +44,16 @@ class CsprngSource:
 
 
 class SeededSource:
-    """Reproducible words from PCG64 under a seed. For tests and benchmarks only: NOT a CSPRNG."""
+    """Reproducible words from PCG64 under a seed. For tests and benchmarks only: NOT a CSPRNG.
+
+    ``stream`` selects an independent stream for the same seed (SeedSequence spawn key), so that
+    simulated data and redaction coins drawn under one seed are not the same words.
+    """
 
     deterministic = True
 
-    def __init__(self, seed: int) -> None:
-        self._bits = np.random.PCG64(np.random.SeedSequence(seed))
+    def __init__(self, seed: int, stream: int = 0) -> None:
+        self._bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(stream,)))
 
     def words(self, n: int) -> NDArray[np.uint64]:
         return self._bits.random_raw(n).astype(np.uint64, copy=False)

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from ..audit.exact import left_kernels, side_range
 from ..chain import MarkovChain
-from ..channel import ChannelSequence
+from ..channel import redaction_tables, revealing
 from ..influence import pointwise_left, pointwise_right
 from .design import design_side
 from .regions import NAMES, S, classify
@@ -74,9 +74,9 @@ class SideModel:
 
     def exact_leakage(self, red: NDArray[np.float64]) -> float:
         """Exact L(X_p → Y_side) of a (D, 2) redaction table of this side (Y_p = ⊥)."""
-        seq = ChannelSequence.from_redaction(red)
-        return side_range(self.kernels(red.shape[0]), seq.tables, seq.index,
-                          revealing=seq.revealing_tables()).leakage
+        tables = redaction_tables(red)  # one table per record: no de-duplication on this hot path
+        return side_range(self.kernels(red.shape[0]), tables, np.arange(red.shape[0]),
+                          revealing=revealing(tables)).leakage
 
 
 @dataclass(frozen=True)
