@@ -102,14 +102,18 @@ def apply_redaction(
 
     Raises ValueError (naming the count, never a value) when a state is outside 0..k−1.
     """
-    x = np.ascontiguousarray(states, dtype=np.int8)
+    raw = np.asarray(states)
     idx = np.ascontiguousarray(index, dtype=np.int64)
-    if x.shape != idx.shape or x.ndim != 1:
+    if raw.shape != idx.shape or raw.ndim != 1:
         raise ValueError("states and index must be 1-D arrays of the same length")
+    if raw.dtype.kind not in "iub":
+        raise ValueError(f"states must be integers, got dtype {raw.dtype}; refusing to privatize")
     k = thr.shape[1]
-    bad = int(np.count_nonzero((x < 0) | (x >= k)))
+    # Range check on the caller's array, before any narrowing cast could wrap a value into range.
+    bad = int(np.count_nonzero((raw < 0) | (raw >= k)))
     if bad:
         raise ValueError(f"{bad} record(s) have a state outside 0..{k - 1}; refusing to privatize")
+    x = np.ascontiguousarray(raw, dtype=np.int8)
     if idx.size and (idx.min() < 0 or idx.max() >= thr.shape[0]):
         raise ValueError("plan index refers to a row that does not exist")
     words = source.words(x.shape[0])
