@@ -1,0 +1,146 @@
+"""Raw frames in, validated records out: parsing that never echoes a reading (DESIGN.md §6).
+
+A raw frame is one JSON object (UTF-8): ``{"value": <label or number>, "ts": <seconds since the
+epoch, optional>, "private": true (optional)}``. A frame that fails any check becomes a
+:class:`Rejection` with a short machine-readable reason and a message naming the field — never
+the value, because the value is the private reading.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+#: Frames larger than this are refused before parsing.
+MAX_FRAME_BYTES = 16 * 1024
+
+REASONS = (
+    "oversize",
+    "not-utf8",
+    "not-json",
+    "not-object",
+    "missing-value",
+    "wrong-type",
+    "not-finite",
+    "unknown-state",
+    "out-of-range",
+    "bad-ts",
+    "ts-out-of-order",
+    "bad-private",
+)
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """A validated reading: its state index (never logged), timestamp and private flag."""
+
+    state: int
+    ts: float
+    private: bool
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a frame was refused. ``message`` names the field, never the reading."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StateMap:
+    """How raw values map to the chain's states 0..k−1: by ``labels`` (value = label string) or by
+    numeric ``bins`` (k+1 increasing edges; state i covers [edges[i], edges[i+1]), the last bin
+    closed on the right)."""
+
+    labels: tuple[str, ...] | None = None
+    bins: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.labels is None) == (self.bins is None):
+            raise ValueError("a state map needs exactly one of labels or bins")
+        if self.labels is not None:
+            if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels):
+                raise ValueError("labels must be at least two distinct strings")
+        if self.bins is not None:
+            b = self.bins
+            if len(b) < 3 or any(not math.isfinite(v) for v in b) or any(x >= y for x, y in zip(b, b[1:])):
+                raise ValueError("bins must be at least three finite, strictly increasing edges")
+
+    @property
+    def k(self) -> int:
+        return len(self.labels) if self.labels is not None else len(self.bins) - 1  # type: ignore[arg-type]
+
+    def state_of(self, value: Any) -> int | Rejection:
+        """The state of a raw value, or a Rejection naming what is wrong with field 'value'."""
+        if self.labels is not None:
+            if not isinstance(value, str):
+                return Rejection("wrong-type", "field 'value' must be a label string")
+            try:
+                return self.labels.index(value)
+            except ValueError:
+                return Rejection("unknown-state", "field 'value' is not one of the configured labels")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return Rejection("wrong-type", "field 'value' must be a number")
+        v = float(value)
+        if not math.isfinite(v):
+            return Rejection("not-finite", "field 'value' is NaN or infinite")
+        edges = self.bins
+        assert edges is not None
+        if v < edges[0] or v > edges[-1]:
+            return Rejection("out-of-range", "field 'value' lies outside the configured bins")
+        return min(bisect.bisect_right(edges, v) - 1, len(edges) - 2)
+
+    def label_of(self, state: int) -> str | float:
+        """What a released state is published as: its label, or its bin's lower edge."""
+        if self.labels is not None:
+            return self.labels[state]
+        assert self.bins is not None
+        return self.bins[state]
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _reject_constant(token: str) -> float:
+    raise _NonFinite(token)
+
+
+def parse_frame(
+    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES
+) -> RawRecord | Rejection:
+    """Validate one raw frame. ``last_ts`` is the timestamp of the stream's previous accepted
+    record (timestamps must not go backwards); ``now`` stands in for a missing ``ts``."""
+    if len(data) > max_bytes:
+        return Rejection("oversize", f"frame exceeds {max_bytes} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection("not-utf8", "frame is not valid UTF-8")
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except _NonFinite:
+        return Rejection("not-finite", "frame contains NaN or Infinity")
+    except ValueError:
+        return Rejection("not-json", "frame is not valid JSON")
+    if not isinstance(obj, dict):
+        return Rejection("not-object", "frame must be a JSON object")
+    if "value" not in obj:
+        return Rejection("missing-value", "field 'value' is missing")
+    state = states.state_of(obj["value"])
+    if isinstance(state, Rejection):
+        return state
+    ts_raw = obj.get("ts", now)
+    if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)) or not math.isfinite(float(ts_raw)):
+        return Rejection("bad-ts", "field 'ts' must be a finite number of seconds")
+    ts = float(ts_raw)
+    if last_ts is not None and ts < last_ts:
+        return Rejection("ts-out-of-order", "field 'ts' is earlier than the previous record's")
+    private = obj.get("private", False)
+    if not isinstance(private, bool):
+        return Rejection("bad-private", "field 'private' must be true or false")
+    return RawRecord(state, ts, private)
