@@ -1,0 +1,208 @@
+"""Daemon configuration: a TOML file with environment overrides, validated by pydantic-settings.
+
+Precedence (highest first): keyword arguments, environment variables ``STREAMGUARD_<KEY>`` with
+``__`` for nesting (e.g. ``STREAMGUARD_BROKER__PORT=8883``), the TOML file
+(notes/ecosystem.md §3.1: the TOML source must be added explicitly, ``toml_file`` alone is
+ignored). Unknown keys are errors. Validation errors name the key, e.g.
+``streams.0.epsilon: Input should be greater than 0``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from .chain import MarkovChain, ModelError
+from .redaction.design import DESIGNS
+from .stream.records import StateMap
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BrokerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(1883, ge=1, le=65535)
+    tls: bool = False
+    ca_file: Path | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    client_id: str | None = None
+    keepalive: int = Field(60, ge=5, le=3600)
+
+    @model_validator(mode="after")
+    def _one_password(self) -> BrokerConfig:
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give either password or password_file, not both")
+        return self
+
+    def secret(self) -> str | None:
+        """The password, read from ``password_file`` when configured (never logged)."""
+        if self.password_file is not None:
+            return self.password_file.read_text().strip()
+        return None if self.password is None else self.password.get_secret_value()
+
+
+class ModelConfig(_Strict):
+    """The Markov model: (alpha, beta) for a binary chain, or a full transition matrix."""
+
+    alpha: float | None = Field(None, gt=0, lt=1)
+    beta: float | None = Field(None, gt=0, lt=1)
+    matrix: list[list[float]] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ModelConfig:
+        binary = self.alpha is not None or self.beta is not None
+        if binary and (self.alpha is None or self.beta is None):
+            raise ValueError("a binary model needs both alpha and beta")
+        if binary == (self.matrix is not None):
+            raise ValueError("give either alpha and beta, or matrix")
+        return self
+
+    def chain(self) -> MarkovChain:
+        if self.matrix is not None:
+            return MarkovChain(self.matrix)
+        assert self.alpha is not None and self.beta is not None
+        return MarkovChain.binary(self.alpha, self.beta)
+
+
+class ScheduleWindow(_Strict):
+    """A daily private window in local time, e.g. start = "22:00", end = "06:00" (wraps midnight)."""
+
+    start: dt.time
+    end: dt.time
+
+    def contains(self, ts: float) -> bool:
+        t = dt.datetime.fromtimestamp(ts).time()
+        if self.start <= self.end:
+            return self.start <= t < self.end
+        return t >= self.start or t < self.end
+
+
+class StreamConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
+    labels: list[str] | None = None
+    bins: list[float] | None = None
+    model: ModelConfig
+    source: Literal["mqtt", "stdin", "sim"] = "mqtt"
+    raw_topic: str | None = None
+    mechanism: Literal["redaction"] = "redaction"
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    design: Literal["paper", "optimal", "exact"] = "optimal"
+    split: float | Literal["even", "optimize"] = "even"
+    delay: int | None = Field(None, ge=0)
+    max_hold: float | None = Field(None, gt=0)
+    schedule: list[ScheduleWindow] = []
+
+    @model_validator(mode="after")
+    def _states(self) -> StreamConfig:
+        try:
+            smap = self.state_map()
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        try:
+            chain = self.model.chain()
+        except ModelError as exc:
+            raise ValueError(f"model: {exc}") from None
+        if chain.k != smap.k:
+            raise ValueError(f"the model has {chain.k} states but {smap.k} labels/bins are configured")
+        if self.mechanism == "redaction" and chain.k != 2:
+            raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
+        if isinstance(self.split, float) and not 0 <= self.split <= self.epsilon:
+            raise ValueError("split: the left budget must lie in [0, epsilon]")
+        return self
+
+    def state_map(self) -> StateMap:
+        return StateMap(
+            labels=None if self.labels is None else tuple(self.labels),
+            bins=None if self.bins is None else tuple(self.bins),
+        )
+
+
+class OutboxConfig(_Strict):
+    path: Path = Path("streamguard-outbox.sqlite")
+    max_records: int = Field(100_000, ge=10)
+    overflow: Literal["drop-oldest", "stop-input"] = "drop-oldest"
+
+
+class PublishConfig(_Strict):
+    batch_max: int = Field(1, ge=1, le=1000)
+    batch_latency_ms: float = Field(0.0, ge=0)
+    window: int = Field(100, ge=1, le=10_000)
+
+
+class Settings(BaseSettings):
+    """The whole daemon configuration (see module docstring for sources and precedence)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="STREAMGUARD_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    device: str = Field("device-1", pattern=r"^[A-Za-z0-9_\-]+$")
+    topic_base: str = Field("streamguard", pattern=r"^[A-Za-z0-9_\-/]+$")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    deterministic_seed: int | None = None
+    broker: BrokerConfig = BrokerConfig()
+    outbox: OutboxConfig = OutboxConfig()
+    publish: PublishConfig = PublishConfig()
+    streams: list[StreamConfig] = Field(min_length=1)
+
+    _toml_path: ClassVar[Path | None] = None
+
+    @field_validator("streams")
+    @classmethod
+    def _unique_names(cls, v: list[StreamConfig]) -> list[StreamConfig]:
+        names = [s.name for s in v]
+        if len(set(names)) != len(names):
+            raise ValueError("stream names must be unique")
+        return v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = cls._toml_path
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
+        return tuple(sources)
+
+    def topic(self, *parts: str) -> str:
+        return "/".join([self.topic_base, self.device, *parts])
+
+
+def _format_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    return f"{loc}: {first['msg']}"
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
+    """Load and validate the configuration from a TOML file (plus environment and overrides)."""
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(f"config file {path} does not exist")
+
+    class _FromFile(Settings):
+        _toml_path: ClassVar[Path | None] = None if path is None else Path(path)
+
+    try:
+        return _FromFile(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc)) from None
+    except ValueError as exc:  # TOML syntax errors
+        raise ConfigError(f"{path}: {exc}") from None
