@@ -249,6 +249,64 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- config check / privatize ------------------------------------------------------------------
+def cmd_config_check(args: argparse.Namespace) -> int:
+    from .config import load_settings
+
+    settings = load_settings(Path(args.file))
+    print(f"{args.file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
+          f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}")
+    for cfg in settings.streams:
+        sp = plan_stream(cfg.model.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+        lk = sp.leakage()
+        print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, ε={cfg.epsilon:g}, "
+              f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
+        print(f"  redaction by t − p: " + ", ".join(
+            f"{int(d):+d}:({r[0]:.4f},{r[1]:.4f})" for d, r in zip(sp.offsets(), sp.table())))
+        delay = sp.left_horizon if cfg.delay is None else cfg.delay
+        print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"
+              f"{f', max hold {cfg.max_hold:g} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
+        if delay < sp.left_horizon:
+            print(f"  warning: delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
+        if cfg.schedule:
+            print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
+    return 0
+
+
+def cmd_privatize(args: argparse.Namespace) -> int:
+    import time
+
+    from .config import load_settings
+    from .sampling import bit_source
+    from .stream.records import Rejection
+    from .stream.runtime import StreamRuntime
+
+    settings = load_settings(Path(args.config))
+    names = [s.name for s in settings.streams]
+    name = args.stream or names[0]
+    if name not in names:
+        raise CliError(f"--stream {name}: not in the configuration (streams: {', '.join(names)})")
+    idx = names.index(name)
+    rt = StreamRuntime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx))
+    out = sys.stdout
+    for line in sys.stdin.buffer:
+        data = line.rstrip(b"\r\n")
+        if not data:
+            continue
+        result = rt.on_frame(data, time.time())
+        if not isinstance(result, Rejection):
+            for r in result:
+                out.write(rt.payload(r).decode() + "\n")
+    for r in rt.drain():
+        out.write(rt.payload(r).decode() + "\n")
+    out.flush()
+    c = rt.counters
+    rejected = ", ".join(f"{k} {v}" for k, v in sorted(c.rejected.items())) or "none"
+    print(f"streamguard: {c.accepted} accepted, {c.released} released, {c.redacted} redacted; rejected: {rejected}",
+          file=sys.stderr)
+    return 0
+
+
 # -- parser -------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -297,6 +355,19 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--brute", action="store_true", help="also enumerate by brute force (small n)")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.set_defaults(func=cmd_audit)
+
+    c = sub.add_parser("config", help="configuration tools")
+    csub = c.add_subparsers(dest="config_command", required=True)
+    chk = csub.add_parser("check", help="validate a config file and print the plan it implies")
+    chk.add_argument("file", help="TOML configuration")
+    chk.set_defaults(func=cmd_config_check)
+
+    pz = sub.add_parser("privatize", help="batch mode: raw JSON lines on stdin → sanitized JSON lines on stdout",
+                        description="Privatize raw frames (one JSON object per line) with the same core as the "
+                        "daemon; counts go to stderr, sanitized records to stdout.")
+    pz.add_argument("--config", required=True, help="TOML configuration")
+    pz.add_argument("--stream", help="which configured stream the frames belong to (default: the first)")
+    pz.set_defaults(func=cmd_privatize)
     return parser
 
 
@@ -305,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, ModelError, ChannelError, ValueError) as exc:
+    except (CliError, ModelError, ChannelError, ValueError, OSError) as exc:
         print(f"streamguard: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. piped into `head`

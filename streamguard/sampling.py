@@ -121,3 +121,12 @@ def apply_redaction(
     if use_numpy:
         return _redact_numpy(x, thr, idx, words)
     return _redact_kernel(x, thr, idx, words, np.empty(x.shape[0], dtype=np.int8))
+
+
+def bit_source(deterministic_seed: int | None, stream_index: int = 0) -> BitSource:
+    """The configured source: the OS CSPRNG, or — when a seed is configured — seeded PCG64 words
+    (one independent stream per configured stream). Seeded mode is for tests, demos and
+    benchmarks; payloads and status say "deterministic" whenever it is in use."""
+    if deterministic_seed is None:
+        return CsprngSource()
+    return SeededSource(deterministic_seed, stream=100 + stream_index)
