@@ -1,0 +1,195 @@
+"""Real-broker pytest fixtures: Mosquitto subprocesses on loopback (notes/ecosystem.md §2.2).
+
+Import the fixtures into a test module (pytest puts ``tests/`` on ``sys.path``)::
+
+    from brokers import mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls
+
+Each fixture starts ``mosquitto -c CONF`` on a free 127.0.0.1 port with a configuration written in
+the test's ``tmp_path`` and yields a :class:`Broker`, whose ``stop()`` / ``start()`` stop the
+broker (SIGTERM) and start it again on the same port, for outage tests. Teardown kills the broker
+and prints its log, which pytest shows when the test failed. Tests are skipped where Mosquitto is
+not installed. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamguard.config import BrokerConfig
+
+HOST = "127.0.0.1"
+#: Mosquitto lives in an sbin directory, which is not on every PATH.
+MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/local/sbin:/usr/sbin:/sbin")
+_START_TIMEOUT = 5.0
+_STOP_TIMEOUT = 5.0
+_START_ATTEMPTS = 5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Broker:
+    """A Mosquitto subprocess listening on ``host:port``; credentials and CA where configured."""
+
+    workdir: Path
+    settings: list[str]
+    port: int = 0
+    host: str = HOST
+    username: str | None = None
+    password: str | None = None
+    ca_file: Path | None = None
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "mosquitto.log"
+
+    def broker_config(self, **overrides: Any) -> BrokerConfig:
+        """A :class:`BrokerConfig` for this broker (TLS with its CA, its credentials)."""
+        values: dict[str, Any] = {"host": self.host, "port": self.port, "username": self.username,
+                                  "password": self.password, "tls": self.ca_file is not None,
+                                  "ca_file": self.ca_file}
+        return BrokerConfig(**(values | overrides))
+
+    def _write_conf(self) -> Path:
+        lines = [f"listener {self.port} {HOST}", *self.settings, "set_tcp_nodelay true",
+                 f"log_dest file {self.log}"]
+        if os.geteuid() == 0:
+            lines.append("user root")  # else it drops to user mosquitto and cannot read our files
+        conf = self.workdir / "mosquitto.conf"
+        conf.write_text("\n".join(lines) + "\n")
+        return conf
+
+    def _launch(self) -> bool:
+        """Start on ``self.port``; True once it accepts connections, False if it exited."""
+        assert MOSQUITTO is not None
+        self._proc = subprocess.Popen([MOSQUITTO, "-c", str(self._write_conf())],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + _START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            if _accepts(self.port):
+                return True
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"mosquitto did not accept connections on port {self.port}:\n{self.log_text()}")
+
+    def start(self, *, new_port: bool = False) -> None:
+        """Start the broker (on the same port unless ``new_port``), retrying a start race."""
+        assert self._proc is None or self._proc.poll() is not None, "the broker is running"
+        for _ in range(_START_ATTEMPTS):
+            if new_port:
+                self.port = _free_port()
+            if self._launch():
+                return
+            time.sleep(0.1)  # the port was taken (start race) or is not free again yet
+        raise RuntimeError(f"mosquitto could not start on port {self.port}:\n{self.log_text()}")
+
+    def stop(self) -> None:
+        """SIGTERM and wait (a clean shutdown: a persistent broker saves its database)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(_STOP_TIMEOUT)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else "(no log)"
+
+
+def _run_broker(workdir: Path, settings: list[str], **credentials: Any) -> Iterator[Broker]:
+    if MOSQUITTO is None:
+        pytest.skip("mosquitto is not installed")
+    broker = Broker(workdir, settings, **credentials)
+    broker.start(new_port=True)
+    try:
+        yield broker
+    finally:
+        broker.kill()
+        print(f"--- mosquitto log (port {broker.port}) ---\n{broker.log_text()}")
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Broker]:
+    """An anonymous broker without persistence."""
+    yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence false"])
+
+
+@pytest.fixture
+def mosquitto_persistent(tmp_path: Path) -> Iterator[Broker]:
+    """An anonymous broker that saves sessions and queued messages across stop()/start()."""
+    yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence true",
+                                      f"persistence_location {tmp_path}/", "max_queued_messages 100000"])
+
+
+@pytest.fixture
+def mosquitto_auth(tmp_path: Path) -> Iterator[Broker]:
+    """A broker that requires username ``streamguard`` and the password in ``broker.password``."""
+    assert MOSQUITTO is not None or pytest.skip("mosquitto is not installed")
+    username, password = "streamguard", "s3cret-pw"
+    pwfile = tmp_path / "passwd"
+    passwd = shutil.which("mosquitto_passwd")
+    if passwd is None:
+        pytest.skip("mosquitto_passwd is not installed")
+    subprocess.run([passwd, "-c", "-b", str(pwfile), username, password], check=True, timeout=10,
+                   capture_output=True)
+    yield from _run_broker(tmp_path, ["allow_anonymous false", f"password_file {pwfile}", "persistence false"],
+                           username=username, password=password)
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, timeout=30, capture_output=True)
+
+
+def _make_certificates(d: Path) -> tuple[Path, Path, Path]:
+    """A self-signed CA and a server certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
+    ca_key, ca, key, csr, cert, ext = (d / n for n in ("ca.key", "ca.crt", "server.key", "server.csr",
+                                                         "server.crt", "server.ext"))
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca), "-days", "2",
+             "-subj", "/CN=streamguard test CA")
+    _openssl("req", *ec, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    ext.write_text("subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\n"
+                   "keyUsage = digitalSignature, keyEncipherment\nextendedKeyUsage = serverAuth\n")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+             "-out", str(cert), "-days", "2", "-extfile", str(ext))
+    return ca, cert, key
+
+
+@pytest.fixture
+def mosquitto_tls(tmp_path: Path) -> Iterator[Broker]:
+    """An anonymous TLS broker whose certificate (SAN 127.0.0.1) is signed by ``broker.ca_file``."""
+    if MOSQUITTO is None or shutil.which("openssl") is None:
+        pytest.skip("mosquitto or openssl is not installed")
+    ca, cert, key = _make_certificates(tmp_path)
+    yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence false", f"cafile {ca}",
+                                      f"certfile {cert}", f"keyfile {key}"], ca_file=ca)
