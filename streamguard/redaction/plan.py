@@ -33,7 +33,7 @@ from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..sampling import BitSource, apply_redaction, thresholds
 from .regions import L, NAMES, S
-from .side import SideModel, SidePlan, best_side
+from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side
 
 SPLITS = ("even", "optimize")
 _SPLIT_GRID = 16
@@ -107,20 +107,26 @@ def plan_sides(
     threshold: float | str | None = None,
 ) -> tuple[SidePlan, SidePlan]:
     """Both sides of one private record under the split rule (module docstring)."""
-    cache: dict[tuple[str, float], SidePlan] = {}
+    cache: dict[tuple[str, str, float], SidePlan] = {}
 
-    def side(name: str, model: SideModel, budget: float) -> SidePlan:
-        key = (name, budget)
+    def side(name: str, model: SideModel, budget: float, how: str) -> SidePlan:
+        key = (name, how, budget)
         if key not in cache:
-            cache[key] = best_side(model, budget, design, threshold)
+            cache[key] = best_side(model, budget, how, threshold)
         return cache[key]
 
+    def cost(pair: tuple[SidePlan, SidePlan]) -> float:
+        return pair[0].expected_redacted + pair[1].expected_redacted
+
+    candidates = _split_candidates(split, epsilon, left, right)
+    if design == "exact" and len(candidates) > EXACT_SHORTLIST:
+        ranked = sorted(candidates, key=lambda c: cost((side("left", left, c[0], "optimal"),
+                                                        side("right", right, c[1], "optimal"))))
+        candidates = ranked[:EXACT_SHORTLIST]
     best: tuple[SidePlan, SidePlan] | None = None
-    for el, er in _split_candidates(split, epsilon, left, right):
-        pair = (side("left", left, el), side("right", right, er))
-        if best is None or pair[0].expected_redacted + pair[1].expected_redacted < (
-            best[0].expected_redacted + best[1].expected_redacted - 1e-12
-        ):
+    for el, er in candidates:
+        pair = (side("left", left, el, design), side("right", right, er, design))
+        if best is None or cost(pair) < cost(best) - 1e-12:
             best = pair
     assert best is not None
     return best

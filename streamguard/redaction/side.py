@@ -27,6 +27,9 @@ from .regions import NAMES, S, classify
 #: comparing with influences that underflow double precision.
 MIN_SIDE_BUDGET = 1e-12
 _CHUNK = 64
+#: With the (slow) exact design, a search over splits or thresholds first ranks the candidates
+#: with the optimal relaxation (exact ≥ optimal for each) and runs the exact design on the best few.
+EXACT_SHORTLIST = 3
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,11 @@ def best_side(model: SideModel, budget: float, design: str, threshold: float | s
     if threshold is None:
         return plan_side(model, budget, design)
     if threshold == "optimize":
-        plans = [plan_side(model, budget, design, c) for c in threshold_candidates(model, budget)]
+        cands = threshold_candidates(model, budget)
+        if design == "exact" and len(cands) > EXACT_SHORTLIST:  # rank with the optimal relaxation
+            cands = sorted(cands, key=lambda c: plan_side(model, budget, "optimal", c).expected_redacted)
+            cands = cands[:EXACT_SHORTLIST]
+        plans = [plan_side(model, budget, design, c) for c in cands]
         return min(plans, key=lambda sp: sp.expected_redacted)
     if isinstance(threshold, str) or not 0.0 < float(threshold) <= 1.0:
         raise ValueError("threshold must be a fraction in (0, 1] of the side budget, or 'optimize'")
