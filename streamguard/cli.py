@@ -278,7 +278,6 @@ def cmd_privatize(args: argparse.Namespace) -> int:
 
     from .config import load_settings
     from .sampling import bit_source
-    from .stream.records import Rejection
     from .stream.runtime import StreamRuntime
 
     settings = load_settings(Path(args.config))
@@ -293,10 +292,9 @@ def cmd_privatize(args: argparse.Namespace) -> int:
         data = line.rstrip(b"\r\n")
         if not data:
             continue
-        result = rt.on_frame(data, time.time())
-        if not isinstance(result, Rejection):
-            for r in result:
-                out.write(rt.payload(r).decode() + "\n")
+        releases, _ = rt.on_frame(data, time.time())
+        for r in releases:
+            out.write(rt.payload(r).decode() + "\n")
     for r in rt.drain():
         out.write(rt.payload(r).decode() + "\n")
     out.flush()

@@ -1,22 +1,32 @@
 """The privatizer core: positions, release delay, private marks, late marks. Synchronous, no I/O.
 
 Semantics (DESIGN.md §3), for one stream planned by a :class:`StreamPlan` (table by signed
-distance t − p, left horizon H_ℓ, right horizon H_r):
+distance, left horizon H_ℓ, right horizon H_r):
 
-- **Positions.** Accepted records get seq = 0, 1, 2, … in arrival order.
-- **Release delay.** A record is decided (released or redacted, once, never re-drawn) when
-  ``delay`` later records have arrived, or when it has been held ``max_hold`` seconds. The
-  default delay is H_ℓ, so a mark at the newest record still protects its left neighbours.
-- **Marks** (a record's flag, a command, a schedule) make position p private. Each undecided
-  record t is redacted with probability max over marks of table[t − p] (notes/000 §4.5: the
-  element-wise maximum is a post-processing of each mark alone).
+- **Positions.** Accepted records get ``seq`` = 0, 1, 2, … in arrival order (published).
+  Privacy arithmetic uses the *physical* index of each frame instead: a rejected frame
+  (:meth:`StreamPrivatizer.skip`) occupies a physical step of the chain but no ``seq``, and is
+  treated as a record redacted with probability 1 — an element-wise larger redaction, hence a
+  post-processing of the plan (notes/000 §4.5), so every guarantee still holds.
+- **Release delay.** A record is decided (released or redacted, once, never re-drawn) when the
+  newest frame is more than ``delay`` positions after it, or when it has been held ``max_hold``
+  seconds. The default delay is H_ℓ, so a mark on the newest record — by its flag or by a
+  ``"now"`` command before the next frame — still finds its left neighbours undecided.
+- **Marks** (a record's flag, a command, a schedule) make a position p private. Each undecided
+  record t is redacted with probability max over marks of table[t − p] (element-wise maximum).
 - **Late marks.** If some of p's left neighbours were already decided, their actual redaction
-  rows are used: the still-undecided left neighbours are fully redacted, the left leakage L_ℓ is
+  rows are used: the undecided left neighbours are fully redacted, the left leakage L_ℓ is
   computed exactly, and the right side is re-planned with the remaining budget ε − L_ℓ. If p itself
   was already released, or L_ℓ uses up ε, the mark is reported as *not honoured* — never hidden.
 - **Achieved leakage.** Once every record of a mark's window is decided, the exact leakage of the
-  redaction rows actually used is computed (records outside the window are treated as released,
-  which can only over-state it) and reported with the mark.
+  rows actually used is computed (records outside the window are treated as released, which only
+  over-states it) and reported with the mark.
+- **Restarts.** After a restart an unknown number G ≥ 0 of readings separates the last decided
+  record from the first new one (lost pending records, downtime). Leakage is not monotone in G
+  (for λ < 0 the sign of the correlation alternates with distance), so every window that spans
+  the restart is evaluated exactly for every G up to the mixing horizon and for G = ∞ (one step
+  with kernel P^(G+1)), and the worst case is reported. Marks whose right side was open at the
+  crash fully redact the rest of their window.
 
 The core only sees state indices; it never formats or logs a reading.
 """
@@ -26,25 +36,29 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..audit.exact import Leakage, exact_leakage, side_range
-from ..channel import ChannelSequence, redaction_tables, revealing
+from ..audit.exact import Leakage, side_range
+from ..channel import redaction_tables, revealing
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET, SideModel, plan_side
 from ..sampling import BitSource, apply_redaction, thresholds
 
 MARK_SOURCES = ("flag", "command", "schedule")
+#: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
+MAX_GAP = 4096
 
 
 @dataclass(frozen=True)
 class Release:
-    """The decision for one record: ``state`` is None when redacted. ``row`` is the redaction
-    probabilities (Pr(⊥|0), Pr(⊥|1)) that were used — persisted with the decision."""
+    """The decision for one accepted record: ``state`` is None when redacted. ``row`` is the
+    redaction probabilities (Pr(⊥|0), Pr(⊥|1)) that were used."""
 
     seq: int
+    phys: int
     ts: float
     state: int | None
     row: tuple[float, float]
@@ -56,9 +70,10 @@ class Release:
 
 @dataclass
 class Mark:
-    """A private position and what became of it."""
+    """A private position (physical index ``phys``, published ``seq``) and what became of it."""
 
     seq: int
+    phys: int
     source: str
     left: NDArray[np.float64]  # rows by distance 1..len, applied to undecided left neighbours
     right: NDArray[np.float64]  # rows by distance 1..len
@@ -71,10 +86,10 @@ class Mark:
 
     @property
     def right_end(self) -> int:
-        return self.seq + self.right.shape[0]
+        return self.phys + self.right.shape[0]
 
     def row_at(self, t: int) -> NDArray[np.float64] | None:
-        d = t - self.seq
+        d = t - self.phys
         if d == 0:
             return np.ones(2)
         if 0 < d <= self.right.shape[0]:
@@ -83,7 +98,7 @@ class Mark:
             return self.left[-d - 1]
         return None
 
-    def report(self) -> dict[str, object]:
+    def report(self) -> dict[str, Any]:
         """JSON-ready summary (positions and leakages only; never a reading)."""
         return {
             "seq": self.seq,
@@ -97,6 +112,19 @@ class Mark:
                 k: _json_number(v) for k, v in self.achieved.as_dict().items()},
         }
 
+    def state(self) -> dict[str, Any]:
+        """What a restart needs to keep protecting an open mark (see :meth:`from_state`)."""
+        return {"seq": self.seq, "phys": self.phys, "source": self.source, "late": self.late,
+                "honoured": self.honoured, "reason": self.reason, "left_leakage": self.left_leakage,
+                "right_budget": self.right_budget, "right_len": int(self.right.shape[0])}
+
+    @classmethod
+    def from_state(cls, s: dict[str, Any]) -> Mark:
+        """Restore an open mark after a restart: the rest of its right window is fully redacted."""
+        return cls(int(s["seq"]), int(s["phys"]), str(s["source"]), np.zeros((0, 2)),
+                   np.ones((int(s["right_len"]), 2)), late=bool(s["late"]), honoured=bool(s["honoured"]),
+                   reason=s["reason"], left_leakage=s["left_leakage"], right_budget=s["right_budget"])
+
 
 def _json_number(x: float | None) -> float | str | None:
     """JSON has no infinity: an unbounded leakage is reported as the string "inf"."""
@@ -107,7 +135,8 @@ def _json_number(x: float | None) -> float | str | None:
 
 @dataclass
 class _Pending:
-    seq: int
+    phys: int
+    seq: int | None  # None: a rejected frame (never published, always redacted)
     state: int
     ts: float
     arrived: float
@@ -115,10 +144,12 @@ class _Pending:
 
 @dataclass
 class StreamPrivatizer:
-    """Privatizes one stream record by record (see module docstring).
+    """Privatizes one stream frame by frame (see module docstring).
 
-    ``source`` supplies the randomness (the OS CSPRNG in production). ``first_seq`` continues
-    positions after a restart; ``decided`` restores the (seq → row) history of recent decisions.
+    ``source`` supplies the randomness (the OS CSPRNG in production). After a restart,
+    ``first_seq``/``first_phys`` continue the positions, ``decided`` restores the (physical
+    index → row) history, ``open_marks`` the marks whose window was still open, and
+    ``restarted=True`` places an unknown gap before ``first_phys``.
     """
 
     plan: StreamPlan
@@ -126,7 +157,10 @@ class StreamPrivatizer:
     delay: int | None = None
     max_hold: float | None = None
     first_seq: int = 0
+    first_phys: int = 0
     decided: dict[int, tuple[float, float]] = field(default_factory=dict)
+    open_marks: list[Mark] = field(default_factory=list)
+    restarted: bool = False
 
     def __post_init__(self) -> None:
         if self.delay is None:
@@ -134,24 +168,55 @@ class StreamPrivatizer:
         if self.delay < 0:
             raise ValueError("the release delay must be ≥ 0 records")
         self.next_seq = self.first_seq
+        self.next_phys = self.first_phys
+        self.boundary = self.first_phys if self.restarted else None
         self._pending: deque[_Pending] = deque()
         span = self.plan.left_horizon + self.plan.right_horizon + 1
         self._keep = 4 * span + self.delay + 64
         self._rows: OrderedDict[int, tuple[float, float]] = OrderedDict(sorted(self.decided.items()))
-        self._marks: list[Mark] = []  # marks whose window is not yet fully decided
+        self._phys_of_seq: OrderedDict[int, int] = OrderedDict()
+        self._marks: list[Mark] = list(self.open_marks)
         self.finished: deque[Mark] = deque(maxlen=1000)  # most recent completed marks
+        #: (physical index, row0, row1) of every frame decided by the latest call (to persist).
+        self.last_decisions: list[tuple[int, float, float]] = []
+        chain = self.plan.chain
+        self._P = chain.matrix
+        self._back = chain.reversed_kernel(chain.initial)
+        lam = abs(chain.lam)
+        self._max_gap = 0 if lam == 0 else min(MAX_GAP, math.ceil(math.log(1e-17) / math.log(lam)))
 
     # -- intake -------------------------------------------------------------------------------
     def accept(self, state: int, ts: float, *, now: float, private: bool = False,
                source: str = "flag") -> tuple[int, list[Release]]:
         """Take one validated record; returns its seq and the records decided as a result."""
+        if not 0 <= int(state) < self.plan.chain.k:
+            raise ValueError(f"state outside 0..{self.plan.chain.k - 1}")
         seq = self.next_seq
         self.next_seq += 1
-        self._pending.append(_Pending(seq, int(state), float(ts), float(now)))
+        self._phys_of_seq[seq] = self.next_phys
+        self._push(seq, int(state), float(ts), now)
         if private:
             self.mark(seq, source=source)
-        due = [p for p in self._pending if p.seq + self.delay < self.next_seq]  # type: ignore[operator]
-        return seq, self._decide(len(due))
+        return seq, self._decide_due()
+
+    def skip(self, *, now: float) -> list[Release]:
+        """A rejected frame: one physical step, no seq, redacted with probability 1."""
+        self._push(None, 0, math.nan, now)
+        return self._decide_due()
+
+    def _push(self, seq: int | None, state: int, ts: float, now: float) -> None:
+        self._pending.append(_Pending(self.next_phys, seq, state, ts, float(now)))
+        self.next_phys += 1
+
+    def _decide_due(self) -> list[Release]:
+        count = 0
+        newest = self.next_phys - 1
+        for p in self._pending:
+            if newest - p.phys > self.delay:  # type: ignore[operator]
+                count += 1
+            else:
+                break
+        return self._decide(count)
 
     def expire(self, now: float) -> list[Release]:
         """Decide records held longer than ``max_hold`` seconds (their right marks may come late)."""
@@ -179,52 +244,110 @@ class StreamPrivatizer:
         whether it is late and whether it can be honoured."""
         if source not in MARK_SOURCES:
             raise ValueError(f"unknown mark source {source!r}")
-        if self.next_seq == self.first_seq and seq is None:
-            raise ValueError("no record has been received yet")
-        p = self.next_seq - 1 if seq is None else int(seq)
-        if p >= self.next_seq:
-            raise ValueError("a mark must name a record already received")
-        for m in self._marks:
-            if m.seq == p and m.honoured:
-                return m  # already private; a second mark changes nothing
-        oldest_pending = self._pending[0].seq if self._pending else self.next_seq
-        H = self.plan.left_horizon
-        if p >= oldest_pending and max(p - H, 0) >= oldest_pending:
-            mark = Mark(p, source, self.plan.left.red[:H], self.plan.right.red[: self.plan.right_horizon])
+        if seq is None:
+            if self.next_seq == self.first_seq:
+                raise ValueError("no record has been received yet")
+            s = self.next_seq - 1
         else:
-            mark = self._late_mark(p, source, oldest_pending)
+            s = int(seq)
+        if not 0 <= s < self.next_seq:
+            raise ValueError("a mark must name a record already received")
+        if s not in self._phys_of_seq:
+            mark = Mark(s, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True, honoured=False,
+                        reason="the record was published too long ago (or before a restart)",
+                        achieved=Leakage(math.inf, math.inf, math.inf))
+            self.finished.append(mark)
+            return mark
+        p = self._phys_of_seq[s]
+        for m in self._marks:
+            if m.phys == p and m.honoured:
+                return m  # already private; a second mark changes nothing
+        oldest_pending = self._pending[0].phys if self._pending else self.next_phys
+        H = self.plan.left_horizon
+        # On time: p and its H left neighbours are all undecided (the stream's start counts as
+        # such only without a restart; before a restart boundary lie decided records).
+        start = self.first_phys if self.boundary is None else -math.inf
+        if p >= oldest_pending and max(p - H, start) >= oldest_pending:
+            mark = Mark(s, p, source, self.plan.left.red[:H], self.plan.right.red[: self.plan.right_horizon])
+        else:
+            mark = self._late_mark(s, p, source, oldest_pending)
         self._marks.append(mark)
         return mark
 
-    def _late_mark(self, p: int, source: str, oldest_pending: int) -> Mark:
-        H = self.plan.left_horizon
-        chain = self.plan.chain
+    def _late_mark(self, s: int, p: int, source: str, oldest_pending: int) -> Mark:
+        right_std = self.plan.right.red[: self.plan.right_horizon]
         if p < oldest_pending:
             row = self._rows.get(p)
             if row is None or min(row) < 1.0:
-                return Mark(p, source, np.zeros((0, 2)), self.plan.right.red[: self.plan.right_horizon],
-                            late=True, honoured=False, reason="the record was already published",
+                return Mark(s, p, source, np.zeros((0, 2)), right_std, late=True, honoured=False,
+                            reason="the record was already published",
                             achieved=Leakage(math.inf, math.inf, math.inf))
-        # left rows outward: decided ones as used (unknown → released, conservative), pending → 1
-        width = min(p, max(H, self._keep))
+        # Left rows outward: decided ones as used (unknown → released: conservative), pending → 1.
+        width = max(self.plan.left_horizon, self._keep)
         left = np.ones((width, 2))
         for d in range(1, width + 1):
             t = p - d
             if t < oldest_pending:
                 left[d - 1] = self._rows.get(t, (0.0, 0.0))
-        cut = np.vstack([left, np.zeros((1, 2))])
-        tables = redaction_tables(cut)
-        kern = chain.reversed_kernel(chain.initial)[None]
-        l_leak = side_range(kern, tables, np.arange(cut.shape[0]), revealing=revealing(tables)).leakage
+        l_leak = self._worst_over_gaps(lambda G: self._side(left, p, "left", G).leakage)
         pending_left = np.ones((max(0, min(width, p - oldest_pending)), 2))
         budget = self.plan.epsilon - l_leak
         if budget < MIN_SIDE_BUDGET:
-            return Mark(p, source, pending_left, self.plan.right.red[: self.plan.right_horizon], late=True,
-                        honoured=False, reason="the published left neighbours already exhaust the budget",
+            return Mark(s, p, source, pending_left, right_std, late=True, honoured=False,
+                        reason="the published left neighbours already exhaust the budget",
                         left_leakage=l_leak, right_budget=0.0)
-        right = plan_side(SideModel(chain, 0, "right", None), budget, self.plan.design)
-        return Mark(p, source, pending_left, right.red[: right.horizon], late=True,
+        right = plan_side(SideModel(self.plan.chain, 0, "right", None), budget, self.plan.design)
+        return Mark(s, p, source, pending_left, right.red[: right.horizon], late=True,
                     left_leakage=l_leak, right_budget=budget)
+
+    # -- exact leakage of the rows actually used ----------------------------------------------
+    def _gap_kernel(self, G: int | None, direction: str) -> NDArray[np.float64]:
+        """Kernel of one step across a restart gap of G unseen readings (None: G = ∞)."""
+        base = self._P if direction == "right" else self._back
+        if G is None:
+            return np.broadcast_to(self.plan.chain.initial, (2, 2)).copy()
+        return np.linalg.matrix_power(base, G + 1)
+
+    def _side(self, rows: NDArray[np.float64], p: int, direction: str, G: int | None):  # type: ignore[no-untyped-def]
+        """Exact log-ratio range of one side: ``rows`` outward from p, one released record after.
+        If the side crosses the restart boundary, the step across it uses the gap kernel."""
+        cut = np.vstack([rows, np.zeros((1, 2))])
+        tables = redaction_tables(cut)
+        base = self._P if direction == "right" else self._back
+        kern = np.broadcast_to(base, (cut.shape[0], 2, 2)).copy()
+        b = self.boundary
+        if b is not None and G != 0:
+            # outward step index k goes from distance k to k+1; it crosses the boundary when
+            # the two physical indices lie on different sides of b
+            k = (b - p - 1) if direction == "right" else (p - b)
+            if 0 <= k < cut.shape[0]:
+                kern[k] = self._gap_kernel(G, direction)
+        return side_range(kern, tables, np.arange(cut.shape[0]), revealing=revealing(tables))
+
+    def _crosses(self, lo: int, hi: int) -> bool:
+        return self.boundary is not None and lo < self.boundary <= hi
+
+    def _worst_over_gaps(self, leak_of_gap) -> float:  # type: ignore[no-untyped-def]
+        """max over G ∈ {0, …, max_gap} ∪ {∞} of ``leak_of_gap(G)`` (just G = 0 without a restart)."""
+        if self.boundary is None:
+            return float(leak_of_gap(0))
+        gaps: list[int | None] = [*range(self._max_gap + 1), None]
+        return max(float(leak_of_gap(G)) for G in gaps)
+
+    def _achieved(self, m: Mark) -> Leakage:
+        H = max(m.left.shape[0], self.plan.left_horizon)
+        left = np.array([self._rows.get(m.phys - d, (0.0, 0.0)) for d in range(1, H + 1)]).reshape(-1, 2)
+        right = np.array([self._rows.get(m.phys + d, (0.0, 0.0))
+                          for d in range(1, m.right.shape[0] + 1)]).reshape(-1, 2)
+        if not self._crosses(m.phys - H, m.right_end):
+            lr, rr = self._side(left, m.phys, "left", 0), self._side(right, m.phys, "right", 0)
+            return Leakage(max(lr.hi + rr.hi, -(lr.lo + rr.lo)), lr.leakage, rr.leakage)
+        worst = Leakage(0.0, 0.0, 0.0)
+        for G in [*range(self._max_gap + 1), None]:
+            lr, rr = self._side(left, m.phys, "left", G), self._side(right, m.phys, "right", G)
+            total = max(lr.hi + rr.hi, -(lr.lo + rr.lo))
+            worst = Leakage(max(worst.total, total), max(worst.left, lr.leakage), max(worst.right, rr.leakage))
+        return worst
 
     # -- decisions ----------------------------------------------------------------------------
     def _row(self, t: int) -> NDArray[np.float64]:
@@ -239,21 +362,26 @@ class StreamPrivatizer:
         if count == 0:
             return []
         batch = [self._pending.popleft() for _ in range(count)]
-        rows = np.stack([self._row(p.seq) for p in batch])
+        rows = np.stack([np.ones(2) if p.seq is None else self._row(p.phys) for p in batch])
         states = np.array([p.state for p in batch], dtype=np.int8)
         out = apply_redaction(states, thresholds(rows), np.arange(count), self.source)
         releases = []
+        self.last_decisions = []
         for p, row, y in zip(batch, rows, out):
             r = (float(row[0]), float(row[1]))
-            self._rows[p.seq] = r
-            releases.append(Release(p.seq, p.ts, None if y < 0 else int(y), r))
+            self._rows[p.phys] = r
+            self.last_decisions.append((p.phys, r[0], r[1]))
+            if p.seq is not None:
+                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else int(y), r))
         while len(self._rows) > self._keep:
             self._rows.popitem(last=False)
+        while self._phys_of_seq and len(self._phys_of_seq) > self._keep:
+            self._phys_of_seq.popitem(last=False)
         self._finish_marks()
         return releases
 
     def _finish_marks(self) -> None:
-        decided_upto = self._pending[0].seq if self._pending else self.next_seq
+        decided_upto = self._pending[0].phys if self._pending else self.next_phys
         still = []
         for m in self._marks:
             if m.right_end >= decided_upto:
@@ -264,20 +392,17 @@ class StreamPrivatizer:
             self.finished.append(m)
         self._marks = still
 
-    def _achieved(self, m: Mark) -> Leakage:
-        lo = max(0, m.seq - max(m.left.shape[0], self.plan.left_horizon))
-        hi = m.right_end
-        window = np.zeros((hi - lo + 3, 2))  # one released record beyond each end
-        for t in range(lo, hi + 1):
-            window[t - lo + 1] = self._rows.get(t, (0.0, 0.0))
-        return exact_leakage(self.plan.chain, ChannelSequence.from_redaction(window), m.seq - lo + 1)
+    def open_mark_states(self) -> list[dict[str, Any]]:
+        """The marks whose window is still open (persist them to survive a restart)."""
+        return [m.state() for m in self._marks]
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> dict[str, Any]:
         """Open and recently finished marks (JSON-ready)."""
         return {
             "next_seq": self.next_seq,
             "pending": len(self._pending),
             "delay": self.delay,
+            "restarted": self.boundary is not None,
             "open_marks": [m.report() for m in self._marks],
             "finished_marks": [m.report() for m in self.finished],
         }

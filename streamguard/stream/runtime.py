@@ -19,7 +19,7 @@ from typing import Any
 from ..config import Settings, StreamConfig
 from ..redaction.plan import StreamPlan, plan_stream
 from ..sampling import BitSource
-from .privatizer import Release, StreamPrivatizer
+from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection, parse_frame
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
@@ -53,7 +53,10 @@ class StreamRuntime:
         source: BitSource,
         *,
         first_seq: int = 0,
+        first_phys: int = 0,
         decided: dict[int, tuple[float, float]] | None = None,
+        open_marks: list[Mark] | None = None,
+        restarted: bool = False,
     ) -> None:
         self.settings = settings
         self.cfg = cfg
@@ -61,7 +64,8 @@ class StreamRuntime:
         self.plan: StreamPlan = plan_stream(cfg.model.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
         self.deterministic = bool(source.deterministic)
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
-                                     first_seq=first_seq, decided=dict(decided or {}))
+                                     first_seq=first_seq, first_phys=first_phys, decided=dict(decided or {}),
+                                     open_marks=list(open_marks or []), restarted=restarted)
         self.plan_leakage = self.plan.leakage()
         self.counters = StreamCounters()
         self._last_ts: float | None = None
@@ -83,19 +87,21 @@ class StreamRuntime:
         return self.settings.topic(self.name, "cmd")
 
     # -- input --------------------------------------------------------------------------------
-    def on_frame(self, data: bytes, now: float) -> list[Release] | Rejection:
-        """Validate and privatize one raw frame; a rejected frame consumes no position."""
+    def on_frame(self, data: bytes, now: float) -> tuple[list[Release], Rejection | None]:
+        """Validate and privatize one raw frame. Returns the records decided as a result and the
+        rejection, if any. A rejected frame gets no seq and is never published, but it still
+        occupies a step of the chain, as a record redacted with probability 1 (privatizer.py)."""
         rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts)
         if isinstance(rec, Rejection):
             self.counters.rejected[rec.reason] += 1
-            return rec
+            return self._count(self.core.skip(now=now)), rec
         self._last_ts = rec.ts
         scheduled = any(w.contains(rec.ts) for w in self.cfg.schedule)
         source = "flag" if rec.private else "schedule"
         self.counters.accepted += 1
         _, releases = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
                                        source=source)
-        return self._count(releases)
+        return self._count(releases), None
 
     def on_command(self, data: bytes) -> Rejection | None:
         """Apply ``{"private": <seq>}`` or ``{"private": "now"}``; a bad command is counted."""
@@ -174,5 +180,6 @@ class StreamRuntime:
             "pending": core["pending"],
             "open_marks": core["open_marks"],
             "recent_marks": core["finished_marks"][-50:],
+            "restarted": core["restarted"],
             "counters": self.counters.as_dict(),
         }

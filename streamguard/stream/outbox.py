@@ -1,0 +1,306 @@
+"""The outbox: sanitized records waiting for publication, durable on the device (DESIGN.md §6).
+
+One SQLite file in WAL mode with ``synchronous=FULL``: a committed transaction survives a crash,
+a SIGKILL or a power cut, and an interrupted one leaves nothing behind. It holds **only sanitized
+records** (raw readings never touch disk) and what the daemon needs to resume after a restart:
+
+- ``outbox`` — records in FIFO order (``id``), each with its stream, ``seq``, topic and payload
+  bytes. A record is stored *before* it is published and deleted (:meth:`Outbox.ack`) only after
+  the broker acknowledged it, so a retry resends the same bytes — the decision is never re-drawn.
+- ``positions`` — per stream, the high-water mark of reserved positions (:meth:`Outbox.reserve`,
+  :meth:`Outbox.next_position`). It never goes backwards, and :meth:`Outbox.put` raises it past
+  every stored ``seq``, so a restarted daemon never reuses a position.
+- ``decisions`` — per stream, the redaction probabilities (row0, row1) used for the last ``keep``
+  decided positions (to restore the privatizer's history; one decision per position).
+- ``marks`` — per stream and position, the JSON report of a private mark (upserted).
+
+Capacity: at most ``max_records`` records. When a put would exceed it, ``overflow`` decides:
+``"drop-oldest"`` deletes the oldest records in the same transaction and counts them in
+:attr:`Outbox.dropped` (consumers see a gap in ``seq``); ``"stop-input"`` stores nothing and raises
+:class:`Full`, and the caller stops accepting input until records are acknowledged.
+
+Threading: an :class:`Outbox` is one connection, used from the thread that opened it, by one
+process at a time. Asyncio code uses :class:`AsyncOutbox`, which confines the outbox to one
+dedicated worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, Self, TypeVar
+
+from ..config import OutboxConfig
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Overflow = Literal["drop-oldest", "stop-input"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS positions (
+    stream TEXT PRIMARY KEY,
+    next_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS decisions (
+    stream TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    row0 REAL NOT NULL,
+    row1 REAL NOT NULL,
+    PRIMARY KEY (stream, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS marks (
+    stream TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    report TEXT NOT NULL,
+    PRIMARY KEY (stream, seq)
+) WITHOUT ROWID;
+"""
+
+
+class Full(Exception):
+    """The outbox is full under the ``stop-input`` policy; nothing of the put was stored."""
+
+
+class Item(NamedTuple):
+    """A sanitized record to store: ``payload`` is exactly what will be published. ``row`` is the
+    redaction probabilities (Pr(⊥|0), Pr(⊥|1)) used for its decision, if any."""
+
+    stream: str
+    seq: int
+    topic: str
+    payload: bytes
+    row: tuple[float, float] | None = None
+
+
+class Row(NamedTuple):
+    """A stored record; ``id`` gives the FIFO order, ``created_at`` is when it was stored (epoch s)."""
+
+    id: int
+    stream: str
+    seq: int
+    topic: str
+    payload: bytes
+    created_at: float
+
+
+class Outbox:
+    """The SQLite outbox (see the module docstring for semantics)."""
+
+    def __init__(self, path: str | Path, max_records: int, overflow: Overflow) -> None:
+        if max_records < 1:
+            raise ValueError("max_records must be ≥ 1")
+        self._max = max_records
+        self._overflow = overflow
+        self._db = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            self._db.close()
+            raise sqlite3.OperationalError(f"{path}: the outbox needs WAL mode, got {mode!r}")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._count: int = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        #: Records deleted by the drop-oldest policy since this outbox was opened.
+        self.dropped = 0
+
+    @classmethod
+    def from_config(cls, config: OutboxConfig) -> Outbox:
+        return cls(config.path, config.max_records, config.overflow)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        """The number of stored (unacknowledged) records."""
+        return self._count
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def put(self, items: Sequence[Item], *, keep: int) -> None:
+        """Store ``items`` durably, in one transaction with their decisions (the last ``keep`` per
+        stream are kept) and with the position marks raised past their ``seq``.
+
+        Applies the overflow policy: raises :class:`Full` (nothing stored) under ``stop-input``, or
+        deletes the oldest records under ``drop-oldest``. Raises ``sqlite3.IntegrityError``
+        (nothing stored) if a decision for one of the positions is already recorded.
+        """
+        if not items:
+            return
+        excess = self._count + len(items) - self._max
+        if excess > 0 and self._overflow == "stop-input":
+            raise Full(f"the outbox holds {self._count} of {self._max} records; {len(items)} more do not fit")
+        upto: dict[str, int] = {}
+        decided: dict[str, list[tuple[int, float, float]]] = {}
+        for it in items:
+            upto[it.stream] = max(upto.get(it.stream, 0), it.seq + 1)
+            if it.row is not None:
+                decided.setdefault(it.stream, []).append((it.seq, *it.row))
+        now = time.time()
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO outbox (stream, seq, topic, payload, created_at) VALUES (?, ?, ?, ?, ?)",
+                [(it.stream, it.seq, it.topic, it.payload, now) for it in items],
+            )
+            for stream, mark in upto.items():
+                _raise_position(db, stream, mark)
+            for stream, rows in decided.items():
+                _insert_decisions(db, stream, rows, keep)
+            if excess > 0:
+                db.execute("DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)", (excess,))
+        self._count += len(items) - max(excess, 0)
+        if excess > 0:
+            self.dropped += excess
+            log.warning("outbox full: dropped the %d oldest records (%d since start)", excess, self.dropped)
+
+    def peek(self, limit: int, after: int = 0) -> list[Row]:
+        """Up to ``limit`` stored records with ``id > after``, oldest first (per-stream order is
+        the put order)."""
+        cur = self._db.execute(
+            "SELECT id, stream, seq, topic, payload, created_at FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
+            (after, limit),
+        )
+        return [Row._make(r) for r in cur]
+
+    def ack(self, ids: Iterable[int]) -> int:
+        """Delete published records by id (unknown ids are ignored); returns how many were deleted."""
+        with self._transaction() as db:
+            deleted = db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids]).rowcount
+        self._count -= deleted
+        return deleted
+
+    def reserve(self, stream: str, upto: int) -> None:
+        """Raise the stream's position mark to ``upto`` (never lowers it), durably."""
+        with self._transaction() as db:
+            _raise_position(db, stream, upto)
+
+    def next_position(self, stream: str) -> int:
+        """The stream's position mark: the first position never reserved nor stored (0 if none)."""
+        row = self._db.execute("SELECT next_seq FROM positions WHERE stream = ?", (stream,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def record_decisions(self, stream: str, decisions: Sequence[tuple[int, float, float]], *, keep: int) -> None:
+        """Durably record (seq, row0, row1) decisions, keeping the stream's last ``keep``. Raises
+        ``sqlite3.IntegrityError`` (nothing recorded) if a position already has a decision."""
+        with self._transaction() as db:
+            _insert_decisions(db, stream, decisions, keep)
+
+    def recent_decisions(self, stream: str) -> dict[int, tuple[float, float]]:
+        """The stream's recorded decisions, seq → (row0, row1), in seq order."""
+        cur = self._db.execute("SELECT seq, row0, row1 FROM decisions WHERE stream = ? ORDER BY seq", (stream,))
+        return {seq: (r0, r1) for seq, r0, r1 in cur}
+
+    def upsert_mark(self, stream: str, seq: int, report: Mapping[str, Any]) -> None:
+        """Durably store (or replace) the JSON report of the mark at ``seq``."""
+        text = json.dumps(report, sort_keys=True, allow_nan=False)
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO marks (stream, seq, report) VALUES (?, ?, ?) "
+                "ON CONFLICT (stream, seq) DO UPDATE SET report = excluded.report",
+                (stream, seq, text),
+            )
+
+    def marks(self, stream: str) -> dict[int, dict[str, Any]]:
+        """The stream's mark reports, seq → report, in seq order."""
+        cur = self._db.execute("SELECT seq, report FROM marks WHERE stream = ? ORDER BY seq", (stream,))
+        return {seq: json.loads(text) for seq, text in cur}
+
+
+def _raise_position(db: sqlite3.Connection, stream: str, upto: int) -> None:
+    db.execute(
+        "INSERT INTO positions (stream, next_seq) VALUES (?, ?) "
+        "ON CONFLICT (stream) DO UPDATE SET next_seq = max(next_seq, excluded.next_seq)",
+        (stream, upto),
+    )
+
+
+def _insert_decisions(
+    db: sqlite3.Connection, stream: str, decisions: Sequence[tuple[int, float, float]], keep: int
+) -> None:
+    if keep < 1:
+        raise ValueError("keep must be ≥ 1")
+    db.executemany(
+        "INSERT INTO decisions (stream, seq, row0, row1) VALUES (?, ?, ?, ?)",
+        [(stream, seq, r0, r1) for seq, r0, r1 in decisions],
+    )
+    db.execute(
+        "DELETE FROM decisions WHERE stream = ? AND seq < "
+        "(SELECT seq FROM decisions WHERE stream = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+        (stream, stream, keep - 1),
+    )
+
+
+class AsyncOutbox:
+    """An :class:`Outbox` confined to one dedicated worker thread, for asyncio code.
+
+    Open it with ``await AsyncOutbox.open(Outbox, path, max_records, overflow)`` (or
+    ``Outbox.from_config, config``) and call methods through :meth:`run`, e.g.
+    ``await box.run(Outbox.peek, 100)``. Calls run one at a time, in call order. Cancelling a
+    :meth:`run` does not stop a call already running in the worker (a put may still commit).
+    """
+
+    def __init__(self, executor: ThreadPoolExecutor, outbox: Outbox) -> None:
+        self._executor = executor
+        self._outbox = outbox
+
+    @classmethod
+    async def open(cls, opener: Callable[P, Outbox], *args: P.args, **kwargs: P.kwargs) -> AsyncOutbox:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox")
+        try:
+            outbox = await asyncio.get_running_loop().run_in_executor(
+                executor, functools.partial(opener, *args, **kwargs))
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(executor, outbox)
+
+    async def run(self, fn: Callable[Concatenate[Outbox, P], T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(outbox, *args, **kwargs)`` on the outbox's thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(fn, self._outbox, *args, **kwargs))
+
+    async def aclose(self) -> None:
+        await self.run(Outbox.close)
+        self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,242 @@
+"""The publisher: one task draining the outbox to the broker, in order, at least once (DESIGN.md §6).
+
+Semantics:
+
+- **Order.** Records are read from the outbox oldest first and published in that order within
+  each stream (records of different streams may be interleaved differently when batching).
+- **Window.** Up to ``PublishConfig.window`` QoS 1 messages are in flight at once. Records are
+  acknowledged in the outbox (deleted) only after their PUBACK, and only as a prefix of the
+  messages sent, so the records still stored are always, per stream, a suffix of what was put.
+- **Failure.** On :class:`~.transport.Undelivered` (or a lost connection) the publisher drops
+  everything in flight, backs off and reconnects (:func:`~.transport.reconnecting`), and resends
+  from the first unacknowledged record. The resent payload bytes are the stored ones — a decision
+  is never re-drawn. Delivery is at-least-once: consumers de-duplicate by ``(stream, seq)``.
+- **Batching.** With ``batch_max > 1`` every message is a JSON list of up to ``batch_max``
+  consecutive records of one stream (and one topic), so each stored payload must be a JSON text.
+  A partial batch waits for more records until its oldest record has been stored for
+  ``batch_latency_ms``; with ``batch_max == 1`` each message is one record's payload as stored.
+- **Wake-up.** Call :meth:`Publisher.notify` after every put, so the publisher reads the new
+  records; :attr:`Publisher.idle` is set while there is nothing left to publish.
+- **Shutdown.** :meth:`Publisher.drain` sends partial batches at once and waits, up to a
+  deadline, until the outbox is empty; then cancel the task running :meth:`Publisher.run`.
+  What is not acknowledged stays in the outbox for the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import PublishConfig
+from .outbox import AsyncOutbox, Outbox, Row
+from .transport import Backoff, Transport, reconnecting
+
+log = logging.getLogger(__name__)
+
+#: Most records read from the outbox in one query.
+_READ_CHUNK = 1000
+
+
+@dataclass
+class PublisherStats:
+    """Counters since start. ``messages`` and ``records`` count PUBACKs (a resent record that had
+    already reached the broker counts again); ``resends`` counts records sent again after a
+    failure; ``reconnects`` counts connections after the first."""
+
+    messages: int = 0
+    records: int = 0
+    resends: int = 0
+    reconnects: int = 0
+
+
+@dataclass
+class _Flight:
+    rows: list[Row]
+    task: asyncio.Task[None]
+
+
+class _Batcher:
+    """Buffered rows, per stream in outbox order, cut into messages (see module docstring)."""
+
+    def __init__(self, batch_max: int, latency: float) -> None:
+        self._max = batch_max
+        self._latency = latency
+        self._streams: dict[str, deque[Row]] = {}
+        self.size = 0
+
+    def add(self, rows: list[Row]) -> None:
+        for r in rows:
+            self._streams.setdefault(r.stream, deque()).append(r)
+        self.size += len(rows)
+
+    def _head(self, q: deque[Row]) -> list[Row]:
+        head: list[Row] = []
+        for r in q:
+            if len(head) == self._max or r.topic != q[0].topic:
+                break
+            head.append(r)
+        return head
+
+    def pop(self, now: float, flush: bool) -> list[Row] | None:
+        """The ready batch whose first record is oldest: full, closed by a topic change, due
+        (its oldest record waited ``latency``) or flushed. None if no batch is ready."""
+        best: list[Row] | None = None
+        for q in self._streams.values():
+            head = self._head(q)
+            ready = len(head) == self._max or len(head) < len(q) or flush or now >= head[0].created_at + self._latency
+            if ready and (best is None or head[0].id < best[0].id):
+                best = head
+        if best is None:
+            return None
+        q = self._streams[best[0].stream]
+        for _ in best:
+            q.popleft()
+        if not q:
+            del self._streams[best[0].stream]
+        self.size -= len(best)
+        return best
+
+    def next_due(self) -> float | None:
+        """When the oldest buffered partial batch becomes due (epoch s), or None if none is buffered."""
+        return min((q[0].created_at + self._latency for q in self._streams.values()), default=None)
+
+
+class Publisher:
+    """Drains ``outbox`` through ``transport`` (see the module docstring for semantics).
+
+    ``backoff`` and ``sleep`` are passed to :func:`~.transport.reconnecting` (tests inject both).
+    """
+
+    def __init__(
+        self,
+        outbox: AsyncOutbox,
+        transport: Transport,
+        config: PublishConfig,
+        *,
+        backoff: Backoff = Backoff(),
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        self._box = outbox
+        self._transport = transport
+        self._window = config.window
+        self._batch_max = config.batch_max
+        self._latency = config.batch_latency_ms / 1000.0
+        self._lookahead = min(config.window * config.batch_max, _READ_CHUNK)
+        self._backoff = backoff
+        self._sleep = sleep
+        self._wake = asyncio.Event()
+        self._flush = False
+        self._sessions = 0
+        self._sent: set[int] = set()  # ids sent in the current session and not yet acknowledged
+        self.stats = PublisherStats()
+        #: Set while there is nothing to publish: the outbox is empty and nothing is in flight.
+        self.idle = asyncio.Event()
+
+    def notify(self) -> None:
+        """New records were put: read them."""
+        self.idle.clear()
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Publish until cancelled, reconnecting after failures."""
+        await reconnecting(self._transport, self._session, backoff=self._backoff, sleep=self._sleep)
+
+    async def drain(self, timeout: float) -> bool:
+        """Send partial batches at once and wait up to ``timeout`` seconds for the outbox to
+        empty. Returns whether it did; whatever was not acknowledged stays stored."""
+        self._flush = True
+        if not await self._box.run(len):
+            return True
+        self.notify()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), timeout)
+        return self.idle.is_set()
+
+    async def _session(self, transport: Transport) -> None:
+        """Publish over one connection until it fails (raises TransportError) or is cancelled."""
+        if self._sessions:
+            self.stats.reconnects += 1
+        self._sessions += 1
+        previous, self._sent = self._sent, set()
+        batcher = _Batcher(self._batch_max, self._latency)
+        inflight: deque[_Flight] = deque()
+        cursor = 0
+        self._wake.set()  # read the outbox from its oldest record
+        try:
+            while True:
+                if self._wake.is_set() and batcher.size < self._lookahead:
+                    self._wake.clear()
+                    want = self._lookahead - batcher.size
+                    rows = await self._box.run(Outbox.peek, want, after=cursor)
+                    if rows:
+                        cursor = rows[-1].id
+                        batcher.add(rows)
+                    if len(rows) == want:
+                        self._wake.set()  # there may be more
+                now = time.time()
+                while len(inflight) < self._window and (batch := batcher.pop(now, self._flush)):
+                    inflight.append(self._send(transport, batch, previous))
+                if not inflight and not batcher.size and not self._wake.is_set():
+                    self.idle.set()
+                await self._wait(inflight, batcher, now)
+                await self._ack_completed(inflight)
+        finally:
+            for f in inflight:
+                f.task.cancel()
+            await asyncio.gather(*(f.task for f in inflight), return_exceptions=True)
+
+    def _send(self, transport: Transport, rows: list[Row], previous: set[int]) -> _Flight:
+        if self._batch_max == 1:
+            payload = rows[0].payload
+        else:
+            payload = b"[" + b",".join(r.payload for r in rows) + b"]"
+        ids = [r.id for r in rows]
+        self.stats.resends += sum(i in previous for i in ids)
+        self._sent.update(ids)
+        return _Flight(rows, asyncio.create_task(transport.publish(rows[0].topic, payload)))
+
+    async def _wait(self, inflight: deque[_Flight], batcher: _Batcher, now: float) -> None:
+        """Wait for the oldest message in flight to complete or, while the window has room, for
+        new records or for a partial batch to become due."""
+        waits: set[asyncio.Future[Any]] = set()
+        if inflight:
+            waits.add(inflight[0].task)
+        timeout = None
+        woken: asyncio.Task[bool] | None = None
+        if len(inflight) < self._window:
+            if batcher.size < self._lookahead:
+                woken = asyncio.create_task(self._wake.wait())
+                waits.add(woken)
+            due = batcher.next_due()
+            if due is not None:
+                timeout = max(0.0, due - now)
+        if not waits:  # only partial batches are buffered, with no room to read more
+            await asyncio.sleep(timeout or 0.0)
+            return
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if woken is not None:
+                woken.cancel()
+
+    async def _ack_completed(self, inflight: deque[_Flight]) -> None:
+        """Acknowledge the completed prefix of the messages in flight; re-raise the first failure
+        (after acknowledging the messages before it)."""
+        done: list[_Flight] = []
+        try:
+            while inflight and inflight[0].task.done():
+                inflight[0].task.result()
+                done.append(inflight.popleft())
+        finally:
+            if done:
+                ids = [r.id for f in done for r in f.rows]
+                await self._box.run(Outbox.ack, ids)
+                self._sent.difference_update(ids)
+                self.stats.messages += len(done)
+                self.stats.records += len(ids)
