@@ -305,6 +305,87 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- run / demo ---------------------------------------------------------------------------------
+def _setup_logging(level: str) -> None:
+    import logging
+
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+_FOREVER = 1e9  # seconds: a simulated source runs until the daemon stops
+
+
+def _sim_source(settings: Any) -> Any:
+    """In-process simulated devices for the ``source = "sim"`` streams (real-time frames)."""
+    import time
+
+    from firmware_sim import Labels, NumericRanges, SimDevice, SimStream
+
+    sims = [c for c in settings.streams if c.source == "sim"]
+    if not sims:
+        return None
+    device = SimDevice(settings.device, [
+        SimStream(c.name, c.model.chain(), rate=c.sim_rate, seed=i,
+                  emission=Labels(tuple(c.labels)) if c.labels is not None else
+                  NumericRanges(tuple(zip(c.bins[:-1], c.bins[1:]))))
+        for i, c in enumerate(sims)
+    ], start=time.time())
+
+    async def frames() -> Any:
+        async for f in device.run(duration=_FOREVER):
+            if f.meta.channel == "raw":
+                yield f.stream, f.payload
+
+    return frames
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from .config import load_settings
+    from .stream.daemon import Daemon, stdin_frames
+
+    settings = load_settings(Path(args.config))
+    _setup_logging(settings.log_level)
+    sources = []
+    for cfg in settings.streams:
+        if cfg.source == "stdin":
+            sources.append(lambda name=cfg.name: stdin_frames(name))
+    sim = _sim_source(settings)
+    if sim is not None:
+        sources.append(sim)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await Daemon(settings, extra_sources=sources).run(stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def _broker_arg(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected HOST:PORT") from None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .demo.run import run_demo
+
+    _setup_logging("WARNING")
+    if args.duration <= 0 or args.rate <= 0:
+        raise CliError("--duration and --rate must be positive")
+    return asyncio.run(run_demo(args.duration, args.rate, args.seed, args.broker, sys.stdout))
+
+
 # -- parser -------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -366,6 +447,22 @@ def build_parser() -> argparse.ArgumentParser:
     pz.add_argument("--config", required=True, help="TOML configuration")
     pz.add_argument("--stream", help="which configured stream the frames belong to (default: the first)")
     pz.set_defaults(func=cmd_privatize)
+
+    r = sub.add_parser("run", help="run the daemon", description="Run the privatizing daemon until SIGTERM/SIGINT: "
+                       "raw frames in (MQTT, stdin or simulated), sanitized records out over MQTT.")
+    r.add_argument("--config", required=True, help="TOML configuration (see examples/streamguard.toml)")
+    r.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="the whole pipeline on this machine, watched live",
+                       description="Start an embedded MQTT broker (or use --broker), simulated devices, the "
+                       "daemon and a subscriber; show records, redactions, marks and leakage live; then "
+                       "check the output against the simulator's ground truth and print a summary.")
+    d.add_argument("--duration", type=float, default=10.0, help="seconds to run (default 10)")
+    d.add_argument("--rate", type=float, default=20.0, help="frames per second per stream (default 20)")
+    d.add_argument("--seed", type=int, default=1, help="simulator seed (the privatizer always uses the CSPRNG)")
+    d.add_argument("--broker", type=_broker_arg, help="use this MQTT broker (HOST:PORT, loopback) instead of "
+                   "the embedded one")
+    d.set_defaults(func=cmd_demo)
     return parser
 
 

@@ -103,6 +103,7 @@ class StreamConfig(_Strict):
     delay: int | None = Field(None, ge=0)
     max_hold: float | None = Field(None, gt=0)
     schedule: list[ScheduleWindow] = []
+    sim_rate: float = Field(10.0, gt=0, le=100_000)  # frames/s of a ``source = "sim"`` stream
 
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:
@@ -165,6 +166,8 @@ class Settings(BaseSettings):
         names = [s.name for s in v]
         if len(set(names)) != len(names):
             raise ValueError("stream names must be unique")
+        if sum(s.source == "stdin" for s in v) > 1:
+            raise ValueError("at most one stream can read standard input")
         return v
 
     @classmethod

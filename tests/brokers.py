@@ -126,9 +126,15 @@ class Broker:
         return self.log.read_text(errors="replace") if self.log.exists() else "(no log)"
 
 
+def _require(*tools: str) -> None:
+    """Skip the test unless Mosquitto and ``tools`` are installed."""
+    missing = [t for t in tools if shutil.which(t) is None] + (["mosquitto"] if MOSQUITTO is None else [])
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)}")
+
+
 def _run_broker(workdir: Path, settings: list[str], **credentials: Any) -> Iterator[Broker]:
-    if MOSQUITTO is None:
-        pytest.skip("mosquitto is not installed")
+    _require()
     broker = Broker(workdir, settings, **credentials)
     broker.start(new_port=True)
     try:
@@ -154,13 +160,10 @@ def mosquitto_persistent(tmp_path: Path) -> Iterator[Broker]:
 @pytest.fixture
 def mosquitto_auth(tmp_path: Path) -> Iterator[Broker]:
     """A broker that requires username ``streamguard`` and the password in ``broker.password``."""
-    assert MOSQUITTO is not None or pytest.skip("mosquitto is not installed")
+    _require("mosquitto_passwd")
     username, password = "streamguard", "s3cret-pw"
     pwfile = tmp_path / "passwd"
-    passwd = shutil.which("mosquitto_passwd")
-    if passwd is None:
-        pytest.skip("mosquitto_passwd is not installed")
-    subprocess.run([passwd, "-c", "-b", str(pwfile), username, password], check=True, timeout=10,
+    subprocess.run(["mosquitto_passwd", "-c", "-b", str(pwfile), username, password], check=True, timeout=10,
                    capture_output=True)
     yield from _run_broker(tmp_path, ["allow_anonymous false", f"password_file {pwfile}", "persistence false"],
                            username=username, password=password)
@@ -188,8 +191,7 @@ def _make_certificates(d: Path) -> tuple[Path, Path, Path]:
 @pytest.fixture
 def mosquitto_tls(tmp_path: Path) -> Iterator[Broker]:
     """An anonymous TLS broker whose certificate (SAN 127.0.0.1) is signed by ``broker.ca_file``."""
-    if MOSQUITTO is None or shutil.which("openssl") is None:
-        pytest.skip("mosquitto or openssl is not installed")
+    _require("openssl")
     ca, cert, key = _make_certificates(tmp_path)
     yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence false", f"cafile {ca}",
                                       f"certfile {cert}", f"keyfile {key}"], ca_file=ca)

@@ -159,31 +159,51 @@ class Outbox:
         deletes the oldest records under ``drop-oldest``. Raises ``sqlite3.IntegrityError``
         (nothing stored) if a decision for one of the positions is already recorded.
         """
-        if not items:
-            return
+        self.store(items, keep=keep)
+
+    def store(
+        self,
+        items: Sequence[Item],
+        *,
+        keep: int,
+        stream: str | None = None,
+        decisions: Sequence[tuple[int, float, float]] = (),
+        marks: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """:meth:`put` plus, in the same transaction, ``decisions`` (index, row0, row1) and mark
+        reports of ``stream`` — one disk sync, and all or nothing after a crash. The overflow
+        check comes first, so a :class:`Full` leaves nothing behind and the call can be retried."""
         excess = self._count + len(items) - self._max
-        if excess > 0 and self._overflow == "stop-input":
+        if items and excess > 0 and self._overflow == "stop-input":
             raise Full(f"the outbox holds {self._count} of {self._max} records; {len(items)} more do not fit")
+        if not items and not decisions and not marks:
+            return
         upto: dict[str, int] = {}
         decided: dict[str, list[tuple[int, float, float]]] = {}
         for it in items:
             upto[it.stream] = max(upto.get(it.stream, 0), it.seq + 1)
             if it.row is not None:
                 decided.setdefault(it.stream, []).append((it.seq, *it.row))
+        if decisions:
+            if stream is None:
+                raise ValueError("decisions need their stream")
+            decided.setdefault(stream, []).extend(decisions)
         now = time.time()
         with self._transaction() as db:
+            for seq, report in (marks or {}).items():
+                _upsert_mark(db, stream or "", seq, report)
             db.executemany(
                 "INSERT INTO outbox (stream, seq, topic, payload, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(it.stream, it.seq, it.topic, it.payload, now) for it in items],
             )
-            for stream, mark in upto.items():
-                _raise_position(db, stream, mark)
-            for stream, rows in decided.items():
-                _insert_decisions(db, stream, rows, keep)
-            if excess > 0:
+            for name, mark in upto.items():
+                _raise_position(db, name, mark)
+            for name, rows in decided.items():
+                _insert_decisions(db, name, rows, keep)
+            if items and excess > 0:
                 db.execute("DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)", (excess,))
-        self._count += len(items) - max(excess, 0)
-        if excess > 0:
+        self._count += len(items) - max(excess, 0) if items else 0
+        if items and excess > 0:
             self.dropped += excess
             log.warning("outbox full: dropped the %d oldest records (%d since start)", excess, self.dropped)
 
@@ -226,18 +246,21 @@ class Outbox:
 
     def upsert_mark(self, stream: str, seq: int, report: Mapping[str, Any]) -> None:
         """Durably store (or replace) the JSON report of the mark at ``seq``."""
-        text = json.dumps(report, sort_keys=True, allow_nan=False)
         with self._transaction() as db:
-            db.execute(
-                "INSERT INTO marks (stream, seq, report) VALUES (?, ?, ?) "
-                "ON CONFLICT (stream, seq) DO UPDATE SET report = excluded.report",
-                (stream, seq, text),
-            )
+            _upsert_mark(db, stream, seq, report)
 
     def marks(self, stream: str) -> dict[int, dict[str, Any]]:
         """The stream's mark reports, seq → report, in seq order."""
         cur = self._db.execute("SELECT seq, report FROM marks WHERE stream = ? ORDER BY seq", (stream,))
         return {seq: json.loads(text) for seq, text in cur}
+
+
+def _upsert_mark(db: sqlite3.Connection, stream: str, seq: int, report: Mapping[str, Any]) -> None:
+    db.execute(
+        "INSERT INTO marks (stream, seq, report) VALUES (?, ?, ?) "
+        "ON CONFLICT (stream, seq) DO UPDATE SET report = excluded.report",
+        (stream, seq, json.dumps(report, sort_keys=True, allow_nan=False)),
+    )
 
 
 def _raise_position(db: sqlite3.Connection, stream: str, upto: int) -> None:

@@ -177,8 +177,11 @@ class StreamPrivatizer:
         self._phys_of_seq: OrderedDict[int, int] = OrderedDict()
         self._marks: list[Mark] = list(self.open_marks)
         self.finished: deque[Mark] = deque(maxlen=1000)  # most recent completed marks
-        #: (physical index, row0, row1) of every frame decided by the latest call (to persist).
-        self.last_decisions: list[tuple[int, float, float]] = []
+        #: (physical index, row0, row1) of the frames decided since the owner last took them
+        #: (bounded: an owner that never takes them, like batch mode, keeps only the latest).
+        self.last_decisions: deque[tuple[int, float, float]] = deque(maxlen=self._keep)
+        #: Marks created or finished since the owner last took them (to persist and report).
+        self.mark_events: deque[Mark] = deque(maxlen=self._keep)
         chain = self.plan.chain
         self._P = chain.matrix
         self._back = chain.reversed_kernel(chain.initial)
@@ -257,6 +260,7 @@ class StreamPrivatizer:
                         reason="the record was published too long ago (or before a restart)",
                         achieved=Leakage(math.inf, math.inf, math.inf))
             self.finished.append(mark)
+            self.mark_events.append(mark)
             return mark
         p = self._phys_of_seq[s]
         for m in self._marks:
@@ -272,6 +276,7 @@ class StreamPrivatizer:
         else:
             mark = self._late_mark(s, p, source, oldest_pending)
         self._marks.append(mark)
+        self.mark_events.append(mark)
         return mark
 
     def _late_mark(self, s: int, p: int, source: str, oldest_pending: int) -> Mark:
@@ -366,7 +371,6 @@ class StreamPrivatizer:
         states = np.array([p.state for p in batch], dtype=np.int8)
         out = apply_redaction(states, thresholds(rows), np.arange(count), self.source)
         releases = []
-        self.last_decisions = []
         for p, row, y in zip(batch, rows, out):
             r = (float(row[0]), float(row[1]))
             self._rows[p.phys] = r
@@ -390,11 +394,12 @@ class StreamPrivatizer:
             if m.achieved is None:
                 m.achieved = self._achieved(m)
             self.finished.append(m)
+            self.mark_events.append(m)
         self._marks = still
 
-    def open_mark_states(self) -> list[dict[str, Any]]:
-        """The marks whose window is still open (persist them to survive a restart)."""
-        return [m.state() for m in self._marks]
+    def is_open(self, m: Mark) -> bool:
+        """Is the mark's window still undecided (it must survive a restart)?"""
+        return any(o is m for o in self._marks)
 
     def status(self) -> dict[str, Any]:
         """Open and recently finished marks (JSON-ready)."""

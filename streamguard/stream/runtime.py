@@ -143,6 +143,13 @@ class StreamRuntime:
                 self.counters.released += 1
         return releases
 
+    def mark_records(self) -> dict[int, dict[str, Any]]:
+        """Marks created or finished since the last call, by seq, as stored in the outbox:
+        ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``."""
+        events = list(self.core.mark_events)
+        self.core.mark_events.clear()
+        return {m.seq: {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in events}
+
     # -- output -------------------------------------------------------------------------------
     def record(self, r: Release) -> dict[str, Any]:
         """The sanitized record of a decision (no raw value unless the plan released it)."""

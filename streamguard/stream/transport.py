@@ -19,7 +19,7 @@ implements it on aiomqtt 2.x. Semantics:
   are meant for low-rate command topics.
 - **Will.** The broker publishes a retained ``offline`` status (:attr:`MqttTransport.will`) if the
   connection drops without a DISCONNECT. A clean exit sends DISCONNECT, so the will is *not*
-  published: on shutdown, publish ``transport.will`` yourself.
+  published: on shutdown, publish an ``offline`` status yourself.
 - **Reconnecting.** :func:`reconnecting` runs a session inside ``async with transport`` and
   re-enters it after a :class:`TransportError`, the pattern aiomqtt documents, waiting an
   exponential backoff with full jitter between attempts.
@@ -103,8 +103,10 @@ _EXTRA_CALLS = 32
 class MqttTransport:
     """:class:`Transport` on aiomqtt 2.x, configured from :class:`BrokerConfig`.
 
-    The client identifier is ``broker.client_id`` or ``streamguard-<device>`` (one instance per
-    device: two clients with one identifier take each other over forever). paho may keep
+    The client identifier is ``broker.client_id`` or ``streamguard-<device>``, followed by
+    ``identifier_suffix``: a device running several connections gives each its own suffix (two
+    clients with one identifier take each other over forever). ``will`` registers the retained
+    ``offline`` status as the connection's will (give it to one connection only). paho may keep
     ``publish.window`` QoS 1 messages in flight. ``timeout`` bounds every wait for the broker
     (CONNACK, PUBACK, SUBACK, DISCONNECT). ``persistent_session`` keeps the broker-side session
     (subscriptions and queued QoS 1 messages) across connections, for a subscriber that must not
@@ -118,6 +120,8 @@ class MqttTransport:
         *,
         device: str,
         status_topic: str,
+        identifier_suffix: str = "",
+        will: bool = True,
         timeout: float = 10.0,
         persistent_session: bool = False,
     ) -> None:
@@ -125,9 +129,9 @@ class MqttTransport:
         self._window = publish.window
         self._timeout = timeout
         self._persistent = persistent_session
-        self.identifier = broker.client_id or f"streamguard-{device}"
-        #: Published retained by the broker when the connection drops without a DISCONNECT.
-        self.will = Message(status_topic, json.dumps({"device": device, "state": "offline"}).encode())
+        self.identifier = (broker.client_id or f"streamguard-{device}") + identifier_suffix
+        #: Published retained by the broker if the connection drops without a DISCONNECT (or None).
+        self.will = Message(status_topic, json.dumps({"device": device, "state": "offline"}).encode()) if will else None
         cafile = None if broker.ca_file is None else str(broker.ca_file)
         self._tls = ssl.create_default_context(cafile=cafile) if broker.tls else None
         self._client: aiomqtt.Client | None = None
@@ -145,13 +149,14 @@ class MqttTransport:
             username=b.username,
             password=b.secret(),
             identifier=self.identifier,
-            will=aiomqtt.Will(self.will.topic, self.will.payload, qos=1, retain=True),
+            will=None if self.will is None else aiomqtt.Will(self.will.topic, self.will.payload, qos=1, retain=True),
             clean_session=not self._persistent,
             keepalive=b.keepalive,
             timeout=self._timeout,
             tls_context=self._tls,
             max_inflight_messages=self._window,
             socket_options=[_NODELAY],
+            logger=log.getChild("paho"),
         )
         client.pending_calls_threshold = self._window + _EXTRA_CALLS
         try:

@@ -1,0 +1,458 @@
+"""Transport, outbox and publisher against a real Mosquitto (tests/brokers.py), and outbox crashes.
+
+Delivery is at-least-once: the checks de-duplicate by (stream, seq) and require that every record
+arrives, in order per stream, always with the payload bytes that were stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from brokers import Broker, mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls  # noqa: F401
+
+from streamguard.config import BrokerConfig, OutboxConfig, PublishConfig
+from streamguard.stream.outbox import AsyncOutbox, Full, Item, Outbox
+from streamguard.stream.publisher import Publisher
+from streamguard.stream.transport import (
+    Backoff,
+    ConnectFailed,
+    Message,
+    MqttTransport,
+    TransportError,
+    Undelivered,
+    reconnecting,
+)
+
+BASE = "sgtest"
+FAST = Backoff(base=0.02, cap=0.2)
+KEEP = 64
+
+
+def make_transport(cfg: BrokerConfig, name: str, *, window: int = 100, timeout: float = 3.0,
+                   persistent: bool = False, suffix: str = "", will: bool = True) -> MqttTransport:
+    return MqttTransport(cfg, PublishConfig(window=window), device=name, status_topic=f"{BASE}/{name}/status",
+                         identifier_suffix=suffix, will=will, timeout=timeout, persistent_session=persistent)
+
+
+def item(stream: str, seq: int, topic: str | None = None) -> Item:
+    """A sanitized record whose payload holds a fresh random draw, so a re-drawn resend would show."""
+    payload = json.dumps({"stream": stream, "seq": seq, "draw": random.random()}).encode()
+    return Item(stream, seq, topic or f"{BASE}/data/{stream}", payload, (0.25, 0.5))
+
+
+def records_of(m: Message) -> list[tuple[str, int, bytes]]:
+    """(stream, seq, payload) of each record in a message, single or batched."""
+    body = json.loads(m.payload)
+    if isinstance(body, list):
+        return [(r["stream"], r["seq"], json.dumps(r).encode()) for r in body]
+    return [(body["stream"], body["seq"], m.payload)]
+
+
+class Collector:
+    """A subscriber that reconnects and collects every message on ``topic_filter``."""
+
+    def __init__(self, cfg: BrokerConfig, topic_filter: str, *, persistent: bool = False) -> None:
+        self.transport = make_transport(cfg, "collector", persistent=persistent)
+        self.topic_filter = topic_filter
+        self.messages: list[Message] = []
+        self.records: list[tuple[str, int, bytes]] = []  # in arrival order
+        self.seen: set[tuple[str, int]] = set()
+        self.subscribed = asyncio.Event()
+        self._changed = asyncio.Event()
+
+    async def _session(self, t: MqttTransport) -> None:
+        await t.subscribe(self.topic_filter)
+        self.subscribed.set()
+        async for m in t.messages():
+            self.messages.append(m)
+            new = records_of(m)
+            self.records += new
+            self.seen.update((s, q) for s, q, _ in new)
+            self._changed.set()
+
+    async def run(self) -> None:
+        await reconnecting(self.transport, self._session, backoff=FAST)
+
+    async def wait_until(self, done: Callable[[], bool], timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            while not done():
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@asynccontextmanager
+async def running(*coros: Coroutine[Any, Any, Any]) -> AsyncIterator[None]:
+    """Run coroutines as tasks for the duration of the block, then cancel them."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        yield
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- transport ---------------------------------------------------------------------------------
+async def test_publish_subscribe_round_trip(mosquitto: Broker) -> None:
+    """Two connections of one device, told apart by their identifier suffix (no takeover)."""
+    cfg = mosquitto.broker_config()
+    sub, pub = make_transport(cfg, "dev"), make_transport(cfg, "dev", suffix="-pub", will=False)
+    assert (sub.identifier, pub.identifier) == ("streamguard-dev", "streamguard-dev-pub")
+    assert sub.will is not None and sub.will.topic == f"{BASE}/dev/status" and pub.will is None
+    async with sub, pub:
+        await sub.subscribe(f"{BASE}/rt/#")
+        await pub.publish(f"{BASE}/rt/x", b"\x00\xffbytes", qos=1)
+        got = await asyncio.wait_for(anext(sub.messages()), 5)
+    assert got == Message(f"{BASE}/rt/x", b"\x00\xffbytes")
+
+
+async def test_will_is_published_retained_on_unexpected_loss(mosquitto: Broker) -> None:
+    cfg = mosquitto.broker_config()
+    child = subprocess.Popen([sys.executable, "-c", _WILL_CHILD, str(mosquitto.port)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "connected"
+    finally:
+        child.kill()
+        child.wait(5)
+    async with make_transport(cfg, "sub") as sub:
+        await sub.subscribe(f"{BASE}/dying/status")  # retained: arrives on subscribe
+        got = await asyncio.wait_for(anext(sub.messages()), 5)
+    assert json.loads(got.payload) == {"device": "dying", "state": "offline"}
+
+
+_WILL_CHILD = f"""
+import asyncio, sys
+from streamguard.config import BrokerConfig, PublishConfig
+from streamguard.stream.transport import MqttTransport
+async def main():
+    t = MqttTransport(BrokerConfig(port=int(sys.argv[1])), PublishConfig(), device="dying",
+                      status_topic="{BASE}/dying/status")
+    async with t:
+        print("connected", flush=True)
+        await asyncio.sleep(30)
+asyncio.run(main())
+"""
+
+
+async def test_undelivered_promptly_when_the_broker_stops(mosquitto: Broker) -> None:
+    async with make_transport(mosquitto.broker_config(), "pub", timeout=3.0) as t:
+        await t.publish(f"{BASE}/x", b"1")
+        await asyncio.to_thread(mosquitto.stop)
+        start = time.monotonic()
+        with pytest.raises(Undelivered):
+            await t.publish(f"{BASE}/x", b"2")
+        assert time.monotonic() - start < 3.5
+        with pytest.raises(TransportError):
+            await anext(t.messages())
+
+
+async def test_tls_connects_with_the_ca_and_fails_without(mosquitto_tls: Broker) -> None:
+    async with make_transport(mosquitto_tls.broker_config(), "tls") as t:
+        await t.publish(f"{BASE}/tls", b"secure")
+    with pytest.raises(ConnectFailed):
+        async with make_transport(mosquitto_tls.broker_config(ca_file=None), "tls"):
+            pass
+
+
+async def test_password_auth(mosquitto_auth: Broker, tmp_path: Path) -> None:
+    async with make_transport(mosquitto_auth.broker_config(), "auth") as t:
+        await t.publish(f"{BASE}/auth", b"ok")
+    secret = tmp_path / "secret"
+    secret.write_text(f"{mosquitto_auth.password}\n")
+    async with make_transport(mosquitto_auth.broker_config(password=None, password_file=secret), "auth") as t:
+        await t.publish(f"{BASE}/auth", b"ok")
+    with pytest.raises(ConnectFailed):
+        async with make_transport(mosquitto_auth.broker_config(password="wrong"), "auth"):
+            pass
+
+
+class _Flaky:
+    """A transport whose first ``failures`` connects are refused."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.entered = 0
+
+    async def __aenter__(self) -> _Flaky:
+        self.entered += 1
+        if self.entered <= self.failures:
+            raise ConnectFailed("refused")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+async def test_reconnecting_backs_off_with_full_jitter() -> None:
+    delays: list[float] = []
+
+    async def sleep(d: float) -> None:
+        delays.append(d)
+
+    async def session(t: _Flaky) -> str:
+        return "done"
+
+    backoff = Backoff()
+    assert await reconnecting(_Flaky(12), session, backoff=backoff, sleep=sleep) == "done"  # type: ignore[type-var]
+    assert len(delays) == 12
+    assert all(0 <= d <= min(30.0, 0.5 * 2**n) for n, d in enumerate(delays))
+    assert max(delays[8:]) > 1.0  # grows (full jitter: ≤ 30 s, uniform)
+    delays.clear()
+    with pytest.raises(ConnectFailed):
+        await reconnecting(_Flaky(100), session, backoff=backoff, sleep=sleep, max_failures=5)  # type: ignore[type-var]
+    assert len(delays) == 4
+
+
+# -- outbox ------------------------------------------------------------------------------------
+def test_outbox_positions_decisions_marks(tmp_path: Path) -> None:
+    path = tmp_path / "o.sqlite"
+    with Outbox(path, 100, "drop-oldest") as box:
+        box.reserve("a", 10)
+        box.reserve("a", 5)
+        assert box.next_position("a") == 10 and box.next_position("b") == 0
+        box.put([item("a", s) for s in range(12)], keep=4)
+        assert box.next_position("a") == 12
+        assert box.recent_decisions("a") == {s: (0.25, 0.5) for s in (8, 9, 10, 11)}
+        with pytest.raises(sqlite3.IntegrityError):  # a decision is never recorded twice
+            box.put([item("a", 12), item("a", 11)], keep=4)
+        assert len(box) == 12 and box.next_position("a") == 12
+        box.upsert_mark("a", 3, {"honoured": True})
+        box.upsert_mark("a", 3, {"honoured": False, "left_leakage": "inf"})
+        assert [r.seq for r in box.peek(5, after=box.peek(1)[0].id)] == [1, 2, 3, 4, 5]
+    with Outbox(path, 100, "drop-oldest") as box:  # everything persisted
+        assert len(box) == 12 and box.next_position("a") == 12
+        assert list(box.recent_decisions("a")) == [8, 9, 10, 11]
+        assert box.marks("a") == {3: {"honoured": False, "left_leakage": "inf"}}
+        assert box.ack(r.id for r in box.peek(3)) == 3
+        assert [r.seq for r in box.peek(100)] == list(range(3, 12))
+
+
+def test_drop_oldest_counts_the_gap(tmp_path: Path) -> None:
+    with Outbox(tmp_path / "o.sqlite", 10, "drop-oldest") as box:
+        box.put([item("a", s) for s in range(8)], keep=KEEP)
+        box.put([item("a", s) for s in range(8, 15)], keep=KEEP)
+        assert len(box) == 10 and box.dropped == 5
+        assert [r.seq for r in box.peek(100)] == list(range(5, 15))
+
+
+def test_stop_input_raises_full(tmp_path: Path) -> None:
+    with Outbox(tmp_path / "o.sqlite", 10, "stop-input") as box:
+        box.put([item("a", s) for s in range(10)], keep=KEEP)
+        with pytest.raises(Full):
+            box.put([item("a", 10)], keep=KEEP)
+        assert len(box) == 10 and box.dropped == 0 and box.next_position("a") == 10
+        assert 10 not in box.recent_decisions("a")
+        box.ack([box.peek(1)[0].id])
+        box.put([item("a", 10)], keep=KEEP)
+        assert [r.seq for r in box.peek(100)] == list(range(1, 11))
+
+
+_CRASH_CHILD = """
+import random, sys
+from streamguard.stream.outbox import Item, Outbox
+def payload(s):
+    return (f"record {s};" * (1 + s % 7)).encode()
+def say(*words):  # one write per line: a kill never leaves half a line
+    sys.stdout.write(" ".join(map(str, words)) + "\\n")
+    sys.stdout.flush()
+rng = random.Random(int(sys.argv[2]))
+with Outbox(sys.argv[1], 10**6, "stop-input") as box:
+    seq = box.next_position("s")
+    say("start", seq)
+    while True:
+        k = rng.randint(1, 20)
+        box.reserve("s", seq + k + rng.randint(0, 50))
+        say("reserved", box.next_position("s"))
+        say("putting", seq, k)
+        box.put([Item("s", q, "t", payload(q), (q / 1e6, 0.5)) for q in range(seq, seq + k)], keep=50)
+        say("put")
+        if rng.random() < 0.3:
+            rows = box.peek(rng.randint(1, 10))
+            say("acking", *[r.seq for r in rows])
+            box.ack(r.id for r in rows)
+            say("acked")
+        seq += k
+"""
+
+
+def test_outbox_survives_sigkill(tmp_path: Path) -> None:
+    """A child puts, reserves and acks until SIGKILLed at a random point; after each of three
+    kills every confirmed put is present, no put is partial, no row is torn, confirmed acks
+    are gone and the position mark never went backwards."""
+    path = tmp_path / "crash.sqlite"
+    rng = random.Random()
+    seed = rng.randrange(2**32)
+    rng.seed(seed)
+    committed: list[int] = []  # seqs of every committed put, in order
+    gone: set[int] = set()  # seqs acknowledged (deleted)
+    mark = 0
+    for _ in range(3):
+        child = subprocess.Popen([sys.executable, "-c", _CRASH_CHILD, str(path), str(rng.randrange(2**32))],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        lines: list[list[str]] = []
+        while not lines or lines[-1] != ["put"]:  # let the child commit at least one put
+            line = child.stdout.readline()
+            assert line, f"the child exited early (seed {seed})"
+            lines.append(line.split())
+        time.sleep(rng.uniform(0.0, 0.15))
+        child.send_signal(signal.SIGKILL)
+        lines += [ln.split() for ln in child.stdout.read().splitlines()]
+        child.wait(5)
+        assert lines[0][0] == "start" and int(lines[0][1]) >= mark, f"seed {seed}"
+        pending: list[int] = []  # the put in progress when killed: all or nothing
+        acking: set[int] = set()  # the ack in progress when killed: all or nothing
+        for words in lines[1:]:
+            if words[0] == "reserved":
+                mark = max(mark, int(words[1]))
+            elif words[0] == "putting":
+                pending = list(range(int(words[1]), int(words[1]) + int(words[2])))
+            elif words[0] == "put":
+                committed += pending
+                pending = []
+            elif words[0] == "acking":
+                acking = {int(w) for w in words[1:]}
+            elif words[0] == "acked":
+                gone |= acking
+                acking = set()
+        with Outbox(path, 10**6, "stop-input") as box:
+            rows = box.peek(10**6)
+            seqs = [r.seq for r in rows]
+            assert len(box) == len(rows) and len(set(seqs)) == len(seqs), f"seed {seed}"
+            assert all(r.payload == (f"record {r.seq};" * (1 + r.seq % 7)).encode() for r in rows)
+            if pending and pending[0] in seqs:  # the last put committed before the kill
+                committed += pending
+            if acking and acking.isdisjoint(seqs):  # the last ack committed before the kill
+                gone |= acking
+            assert set(seqs) == set(committed) - gone, f"seed {seed}"
+            assert box.next_position("s") >= max(mark, max(committed, default=-1) + 1), f"seed {seed}"
+            mark = box.next_position("s")
+            assert box.recent_decisions("s") == {q: (q / 1e6, 0.5) for q in committed[-50:]}, f"seed {seed}"
+
+
+# -- publisher ---------------------------------------------------------------------------------
+async def test_publisher_keeps_records_while_down_and_drains_after_restart(mosquitto: Broker,
+                                                                          tmp_path: Path) -> None:
+    cfg = mosquitto.broker_config()
+    config = OutboxConfig(path=tmp_path / "o.sqlite", max_records=100)
+    async with await AsyncOutbox.open(Outbox.from_config, config) as box:
+        pub = Publisher(box, make_transport(cfg, "pub", timeout=2.0), PublishConfig(), backoff=FAST)
+        async with running(pub.run()):
+            await box.run(Outbox.put, [item("a", 0)], keep=KEEP)
+            pub.notify()
+            await asyncio.wait_for(pub.idle.wait(), 5)
+            await asyncio.to_thread(mosquitto.stop)
+            await box.run(Outbox.put, [item("a", 1)], keep=KEEP)
+            pub.notify()
+            await asyncio.sleep(0.5)
+            assert await box.run(len) == 1 and not pub.idle.is_set()
+            await asyncio.to_thread(mosquitto.start)
+            assert await pub.drain(10)
+        assert await box.run(len) == 0
+    assert pub.stats.records == 2 and pub.stats.messages == 2 and pub.stats.reconnects >= 1
+
+
+async def test_three_outages_during_2000_records(mosquitto_persistent: Broker, tmp_path: Path) -> None:
+    """The broker is stopped and restarted three times while 2,000 records of two streams flow;
+    the subscriber (persistent session) gets every record, in order per stream, never two
+    different payloads for one record."""
+    broker = mosquitto_persistent
+    cfg = broker.broker_config()
+    per_stream, step = 1000, 10
+    stored: dict[tuple[str, int], bytes] = {}
+    collector = Collector(cfg, f"{BASE}/data/#", persistent=True)
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 10_000, "stop-input") as box:
+        pub = Publisher(box, make_transport(cfg, "pub", window=50, timeout=1.0), PublishConfig(window=50),
+                        backoff=FAST)
+
+        async def produce() -> None:
+            for first in range(0, per_stream, step):
+                items = [item(s, q) for q in range(first, first + step) for s in ("a", "b")]
+                await box.run(Outbox.put, items, keep=KEEP)
+                pub.notify()
+                stored.update({(it.stream, it.seq): it.payload for it in items})
+                await asyncio.sleep(0.008)
+
+        async def outages() -> None:
+            """Stop the broker while the publisher is busy: after 25 %, 50 % and 75 % of the PUBACKs."""
+            for threshold in (500, 1000, 1500):
+                while pub.stats.records < threshold:
+                    await asyncio.sleep(0.002)
+                await asyncio.to_thread(broker.stop)
+                await asyncio.sleep(0.15)
+                await asyncio.to_thread(broker.start)
+
+        async with running(collector.run()):
+            await asyncio.wait_for(collector.subscribed.wait(), 5)
+            async with running(pub.run()):
+                await asyncio.wait_for(asyncio.gather(produce(), outages()), 30)
+                assert await pub.drain(20)
+            await collector.wait_until(lambda: len(collector.seen) >= len(stored), 20)
+
+    got = collector.records
+    payloads: dict[tuple[str, int], set[bytes]] = {}
+    first_seen: dict[str, list[int]] = {"a": [], "b": []}
+    for s, q, p in got:
+        if (s, q) not in payloads:
+            first_seen[s].append(q)
+        payloads.setdefault((s, q), set()).add(p)
+    assert payloads.keys() == stored.keys()
+    assert all(ps == {stored[k]} for k, ps in payloads.items())  # byte-identical resends
+    assert all(seqs == sorted(seqs) for seqs in first_seen.values())
+    assert pub.stats.reconnects >= 3 and pub.stats.records >= 2 * per_stream
+
+
+async def test_batching(mosquitto: Broker, tmp_path: Path) -> None:
+    """batch_max 5: full batches go at once, partial ones after batch_latency_ms; every message
+    is a JSON list of consecutive records of one stream."""
+    cfg = mosquitto.broker_config()
+    collector = Collector(cfg, f"{BASE}/data/#")
+    config = PublishConfig(batch_max=5, batch_latency_ms=300, window=10)
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 100, "drop-oldest") as box:
+        pub = Publisher(box, make_transport(cfg, "pub"), config, backoff=FAST)
+        async with running(collector.run(), pub.run()):
+            await asyncio.wait_for(collector.subscribed.wait(), 5)
+            await box.run(Outbox.put, [item("a", q) for q in range(12)] + [item("b", q) for q in range(6)],
+                          keep=KEEP)
+            pub.notify()
+            await collector.wait_until(lambda: len(collector.messages) >= 3, 5)
+            await asyncio.sleep(0.05)
+            assert pub.stats.messages == 3  # a0–4, a5–9, b0–4; a10–11 and b5 wait for the latency
+            await asyncio.wait_for(pub.idle.wait(), 5)
+            await collector.wait_until(lambda: len(collector.messages) >= 5, 5)
+    batches = [[(r["stream"], r["seq"]) for r in json.loads(m.payload)] for m in collector.messages]
+    assert sorted(batches) == [
+        [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("a", 4)], [("a", 5), ("a", 6), ("a", 7), ("a", 8), ("a", 9)],
+        [("a", 10), ("a", 11)], [("b", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4)], [("b", 5)],
+    ]
+    assert pub.stats.records == 18 and pub.stats.messages == 5
+
+
+async def test_a_topic_change_closes_a_batch(mosquitto: Broker, tmp_path: Path) -> None:
+    cfg = mosquitto.broker_config()
+    collector = Collector(cfg, f"{BASE}/#")
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 100, "drop-oldest") as box:
+        pub = Publisher(box, make_transport(cfg, "pub"), PublishConfig(batch_max=10, batch_latency_ms=5000),
+                        backoff=FAST)
+        async with running(collector.run(), pub.run()):
+            await asyncio.wait_for(collector.subscribed.wait(), 5)
+            await box.run(Outbox.put, [item("a", 0), item("a", 1, f"{BASE}/other"), item("a", 2)], keep=KEEP)
+            pub.notify()
+            await collector.wait_until(lambda: len(collector.messages) >= 2, 5)  # a0, then a1: each closed by a change
+            assert await pub.drain(5)  # a2 is flushed at once
+            await collector.wait_until(lambda: len(collector.messages) >= 3, 5)
+    assert [(m.topic, [r["seq"] for r in json.loads(m.payload)]) for m in collector.messages] == [
+        (f"{BASE}/data/a", [0]), (f"{BASE}/other", [1]), (f"{BASE}/data/a", [2])]
