@@ -71,6 +71,8 @@ class Daemon:
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
         self._status_dirty = asyncio.Event()
+        # Stores happen in decision order; under stop-input a full outbox holds every source here.
+        self._store_lock = asyncio.Lock()
 
     # -- set-up -------------------------------------------------------------------------------
     async def _restore(self, box: AsyncOutbox) -> None:
@@ -119,13 +121,14 @@ class Daemon:
         decisions = list(rt.core.last_decisions)
         rt.core.last_decisions.clear()
         marks = rt.mark_records()
-        while True:
-            try:
-                await self._box.run(_persist, rt.name, items, decisions, marks)
-                break
-            except Full:  # stop-input policy: hold intake until the publisher makes room
-                self.stats.outbox_full_waits += 1
-                await asyncio.sleep(0.1)
+        async with self._store_lock:
+            while True:
+                try:
+                    await self._box.run(_persist, rt.name, items, decisions, marks)
+                    break
+                except Full:  # stop-input policy: hold intake until the publisher makes room
+                    self.stats.outbox_full_waits += 1
+                    await asyncio.sleep(0.1)
         self.stats.stored += len(items)
         if items:
             self._publisher.notify()
