@@ -257,7 +257,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     print(f"{args.file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
           f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}")
     for cfg in settings.streams:
-        sp = plan_stream(cfg.model.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+        sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
         lk = sp.leakage()
         print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, ε={cfg.epsilon:g}, "
               f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
@@ -325,7 +325,7 @@ def _sim_source(settings: Any) -> Any:
     if not sims:
         return None
     device = SimDevice(settings.device, [
-        SimStream(c.name, c.model.chain(), rate=c.sim_rate, seed=i,
+        SimStream(c.name, c.chain(), rate=c.sim_rate, seed=i,
                   emission=Labels(tuple(c.labels)) if c.labels is not None else
                   NumericRanges(tuple(zip(c.bins[:-1], c.bins[1:]))))
         for i, c in enumerate(sims)
@@ -471,12 +471,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, ModelError, ChannelError, ValueError, OSError) as exc:
-        print(f"streamguard: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # e.g. piped into `head`
         sys.stderr.close()
         return 0
+    except (CliError, ModelError, ChannelError, ValueError, OSError) as exc:
+        print(f"streamguard: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -54,24 +54,31 @@ class BrokerConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """The Markov model: (alpha, beta) for a binary chain, or a full transition matrix."""
+    """The Markov model: (alpha, beta) for a binary chain, a full transition matrix, or a
+    calibration file of raw frames (JSON lines, read with the stream's labels or bins) from which
+    the matrix is estimated (see :func:`streamguard.calibration.estimate_chain`)."""
 
     alpha: float | None = Field(None, gt=0, lt=1)
     beta: float | None = Field(None, gt=0, lt=1)
     matrix: list[list[float]] | None = None
+    calibration: Path | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> ModelConfig:
         binary = self.alpha is not None or self.beta is not None
         if binary and (self.alpha is None or self.beta is None):
             raise ValueError("a binary model needs both alpha and beta")
-        if binary == (self.matrix is not None):
-            raise ValueError("give either alpha and beta, or matrix")
+        if binary + (self.matrix is not None) + (self.calibration is not None) != 1:
+            raise ValueError("give exactly one of: alpha and beta, matrix, calibration")
         return self
 
-    def chain(self) -> MarkovChain:
+    def chain(self, states: StateMap) -> MarkovChain:
         if self.matrix is not None:
             return MarkovChain(self.matrix)
+        if self.calibration is not None:
+            from .calibration import estimate_chain
+
+            return estimate_chain(self.calibration, states)
         assert self.alpha is not None and self.beta is not None
         return MarkovChain.binary(self.alpha, self.beta)
 
@@ -112,8 +119,8 @@ class StreamConfig(_Strict):
         except ValueError as exc:
             raise ValueError(str(exc)) from None
         try:
-            chain = self.model.chain()
-        except ModelError as exc:
+            chain = self.model.chain(smap)
+        except (ModelError, OSError) as exc:
             raise ValueError(f"model: {exc}") from None
         if chain.k != smap.k:
             raise ValueError(f"the model has {chain.k} states but {smap.k} labels/bins are configured")
@@ -122,6 +129,10 @@ class StreamConfig(_Strict):
         if isinstance(self.split, float) and not 0 <= self.split <= self.epsilon:
             raise ValueError("split: the left budget must lie in [0, epsilon]")
         return self
+
+    def chain(self) -> MarkovChain:
+        """The stream's Markov model."""
+        return self.model.chain(self.state_map())
 
     def state_map(self) -> StateMap:
         return StateMap(

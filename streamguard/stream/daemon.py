@@ -171,7 +171,20 @@ class Daemon:
                 await asyncio.wait_for(self._status_dirty.wait(), STATUS_INTERVAL)
             self._status_dirty.clear()
             for rt in self.runtimes.values():
-                await t.publish(rt.privacy_topic(), json.dumps(rt.privacy_status()).encode(), retain=True)
+                await t.publish(rt.privacy_topic(), await self._privacy_payload(rt), retain=True)
+
+    async def _privacy_payload(self, rt: StreamRuntime) -> bytes:
+        """The stream's privacy status plus the device's delivery counters (shared outbox)."""
+        status = rt.privacy_status()
+        assert self._box is not None and self._publisher is not None
+        status["delivery"] = {
+            "buffered": await self._box.run(len),
+            "dropped": await self._box.run(lambda b: b.dropped),
+            "published_records": self._publisher.stats.records,
+            "published_messages": self._publisher.stats.messages,
+            "reconnects": self._publisher.stats.reconnects,
+        }
+        return json.dumps(status).encode()
 
     async def _ticker(self) -> None:
         while True:
@@ -240,7 +253,7 @@ class Daemon:
             async with self._control as t:
                 await t.publish(self.settings.topic("status"), self._status_payload("offline"), retain=True)
                 for rt in self.runtimes.values():
-                    await t.publish(rt.privacy_topic(), json.dumps(rt.privacy_status()).encode(), retain=True)
+                    await t.publish(rt.privacy_topic(), await self._privacy_payload(rt), retain=True)
         except TransportError as exc:
             log.warning("could not publish the offline status: %s", exc)
 

@@ -12,6 +12,7 @@ Sanitized record payload (JSON, one per record; ``value`` is null exactly when r
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,14 @@ from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection, parse_frame
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
+
+log = logging.getLogger(__name__)
+
+
+def _is_power_of_ten(n: int) -> bool:
+    while n % 10 == 0:
+        n //= 10
+    return n == 1
 
 
 @dataclass
@@ -61,7 +70,7 @@ class StreamRuntime:
         self.settings = settings
         self.cfg = cfg
         self.states = cfg.state_map()
-        self.plan: StreamPlan = plan_stream(cfg.model.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+        self.plan: StreamPlan = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
         self.deterministic = bool(source.deterministic)
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                      first_seq=first_seq, first_phys=first_phys, decided=dict(decided or {}),
@@ -93,7 +102,9 @@ class StreamRuntime:
         occupies a step of the chain, as a record redacted with probability 1 (privatizer.py)."""
         rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts)
         if isinstance(rec, Rejection):
-            self.counters.rejected[rec.reason] += 1
+            n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
+            if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
+                log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
             return self._count(self.core.skip(now=now)), rec
         self._last_ts = rec.ts
         scheduled = any(w.contains(rec.ts) for w in self.cfg.schedule)
