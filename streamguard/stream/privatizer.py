@@ -83,6 +83,8 @@ class Mark:
     left_leakage: float | None = None  # late marks: exact leakage already incurred on the left
     right_budget: float | None = None
     achieved: Leakage | None = None
+    #: How far left the exact computations look (records beyond count as released).
+    left_reach: int = 0
 
     @property
     def right_end(self) -> int:
@@ -116,14 +118,16 @@ class Mark:
         """What a restart needs to keep protecting an open mark (see :meth:`from_state`)."""
         return {"seq": self.seq, "phys": self.phys, "source": self.source, "late": self.late,
                 "honoured": self.honoured, "reason": self.reason, "left_leakage": self.left_leakage,
-                "right_budget": self.right_budget, "right_len": int(self.right.shape[0])}
+                "right_budget": self.right_budget, "right_len": int(self.right.shape[0]),
+                "left_reach": self.left_reach}
 
     @classmethod
     def from_state(cls, s: dict[str, Any]) -> Mark:
         """Restore an open mark after a restart: the rest of its right window is fully redacted."""
         return cls(int(s["seq"]), int(s["phys"]), str(s["source"]), np.zeros((0, 2)),
                    np.ones((int(s["right_len"]), 2)), late=bool(s["late"]), honoured=bool(s["honoured"]),
-                   reason=s["reason"], left_leakage=s["left_leakage"], right_budget=s["right_budget"])
+                   reason=s["reason"], left_leakage=s["left_leakage"], right_budget=s["right_budget"],
+                   left_reach=int(s["left_reach"]))
 
 
 def _json_number(x: float | None) -> float | str | None:
@@ -272,7 +276,8 @@ class StreamPrivatizer:
         # such only without a restart; before a restart boundary lie decided records).
         start = self.first_phys if self.boundary is None else -math.inf
         if p >= oldest_pending and max(p - H, start) >= oldest_pending:
-            mark = Mark(s, p, source, self.plan.left.red[:H], self.plan.right.red[: self.plan.right_horizon])
+            mark = Mark(s, p, source, self.plan.left.red[:H], self.plan.right.red[: self.plan.right_horizon],
+                        left_reach=H)
         else:
             mark = self._late_mark(s, p, source, oldest_pending)
         self._marks.append(mark)
@@ -287,8 +292,9 @@ class StreamPrivatizer:
                 return Mark(s, p, source, np.zeros((0, 2)), right_std, late=True, honoured=False,
                             reason="the record was already published",
                             achieved=Leakage(math.inf, math.inf, math.inf))
-        # Left rows outward: decided ones as used (unknown → released: conservative), pending → 1.
-        width = max(self.plan.left_horizon, self._keep)
+        # Left rows outward: decided ones as used (unknown → released: conservative), pending → 1;
+        # nothing lies before physical index 0, the stream's first frame.
+        width = min(max(self.plan.left_horizon, self._keep), p)
         left = np.ones((width, 2))
         for d in range(1, width + 1):
             t = p - d
@@ -300,10 +306,10 @@ class StreamPrivatizer:
         if budget < MIN_SIDE_BUDGET:
             return Mark(s, p, source, pending_left, right_std, late=True, honoured=False,
                         reason="the published left neighbours already exhaust the budget",
-                        left_leakage=l_leak, right_budget=0.0)
+                        left_leakage=l_leak, right_budget=0.0, left_reach=width)
         right = plan_side(SideModel(self.plan.chain, 0, "right", None), budget, self.plan.design)
         return Mark(s, p, source, pending_left, right.red[: right.horizon], late=True,
-                    left_leakage=l_leak, right_budget=budget)
+                    left_leakage=l_leak, right_budget=budget, left_reach=width)
 
     # -- exact leakage of the rows actually used ----------------------------------------------
     def _gap_kernel(self, G: int | None, direction: str) -> NDArray[np.float64]:
@@ -314,9 +320,12 @@ class StreamPrivatizer:
         return np.linalg.matrix_power(base, G + 1)
 
     def _side(self, rows: NDArray[np.float64], p: int, direction: str, G: int | None):  # type: ignore[no-untyped-def]
-        """Exact log-ratio range of one side: ``rows`` outward from p, one released record after.
-        If the side crosses the restart boundary, the step across it uses the gap kernel."""
-        cut = np.vstack([rows, np.zeros((1, 2))])
+        """Exact log-ratio range of one side: ``rows`` outward from p, then one released record
+        (conservative: it stands for whatever lies beyond) unless the side reaches the stream's
+        first frame. If the side crosses the restart boundary, the step across it uses the gap
+        kernel."""
+        beyond = direction == "right" or p - rows.shape[0] - 1 >= 0
+        cut = np.vstack([rows, np.zeros((1, 2))]) if beyond else rows
         tables = redaction_tables(cut)
         base = self._P if direction == "right" else self._back
         kern = np.broadcast_to(base, (cut.shape[0], 2, 2)).copy()
@@ -340,7 +349,7 @@ class StreamPrivatizer:
         return max(float(leak_of_gap(G)) for G in gaps)
 
     def _achieved(self, m: Mark) -> Leakage:
-        H = max(m.left.shape[0], self.plan.left_horizon)
+        H = min(max(m.left.shape[0], m.left_reach), m.phys)  # nothing before the first frame
         left = np.array([self._rows.get(m.phys - d, (0.0, 0.0)) for d in range(1, H + 1)]).reshape(-1, 2)
         right = np.array([self._rows.get(m.phys + d, (0.0, 0.0))
                           for d in range(1, m.right.shape[0] + 1)]).reshape(-1, 2)
