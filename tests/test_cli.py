@@ -1,0 +1,137 @@
+"""The command line: plan, audit, config check, privatize (in-process via main(), plus one subprocess)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamguard import MarkovChain
+from streamguard.audit import brute_force_leakage
+from streamguard.channel import ChannelSequence
+from streamguard.cli import main
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
+PLAN = ["plan", "--alpha", "0.01", "--beta", "0.8", "--epsilon", "1"]
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_plan_json_has_the_documented_fields_and_exact_leakage(capsys):
+    rc, out, _ = run(capsys, *PLAN, "--n", "9", "--private", "3", "--private", "7", "--design", "exact", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["n"] == 9 and doc["private"] == [3, 7] and doc["epsilon"] == 1.0 and doc["design"] == "exact"
+    assert len(doc["regions"]) == 9 and set(doc["regions"]) <= {"S", "M", "L"}
+    assert doc["regions"][2] == "L" and doc["regions"][6] == "L"  # 1-based positions 3 and 7
+    red = np.array(doc["redaction"])
+    assert red.shape == (9, 2) and np.all(red[[2, 6]] == 1.0)
+    pi0 = 0.8 / 0.81
+    assert doc["utility"] == pytest.approx(((1 - red[:, 0]) * pi0 + (1 - red[:, 1]) * (1 - pi0)).mean())
+    chain = MarkovChain.binary(0.01, 0.8)
+    for p in (3, 7):  # independent brute force over the printed table
+        brute = brute_force_leakage(chain, ChannelSequence.from_redaction(red), p - 1)
+        assert doc["leakage"][str(p)] == pytest.approx(brute, abs=1e-9)
+        assert doc["leakage"][str(p)] <= 1.0 + 1e-9
+
+
+def test_plan_baselines_and_the_table(capsys):
+    rc, out, _ = run(capsys, *PLAN, "--n", "10", "--private", "1", "--baseline", "mq", "--json")
+    assert rc == 0 and json.loads(out)["utility"] == pytest.approx(0.6)  # notes/000 §4.7
+    rc, out, _ = run(capsys, *PLAN, "--n", "10", "--private", "1", "--baseline", "mq-tight", "--json")
+    assert json.loads(out)["utility"] == pytest.approx(0.7)
+    rc, out, _ = run(capsys, *PLAN, "--n", "10", "--private", "1")
+    assert rc == 0 and "exact leakage" in out and "← private" in out and "4–10" in out
+
+
+def test_plan_brute_and_stream(capsys):
+    rc, out, _ = run(capsys, *PLAN, "--n", "6", "--private", "2", "--brute", "--json")
+    doc = json.loads(out)
+    assert doc["leakage_brute"]["2"] == pytest.approx(doc["leakage"]["2"], abs=1e-9)
+    rc, out, _ = run(capsys, *PLAN, "--stream", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["offsets"][0] == -doc["left_horizon"] and doc["leakage"] <= 1.0 + 1e-9
+
+
+def test_plan_plot_writes_a_png(capsys, tmp_path):
+    png = tmp_path / "plan.png"
+    rc, _, _ = run(capsys, *PLAN, "--n", "12", "--private", "4", "--plot", str(png))
+    assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--epsilon", "0"], "epsilon"),
+        (["--epsilon", "-1"], "epsilon"),
+        (["--epsilon", "nan"], "epsilon"),
+        (["--alpha", "1.5"], "alpha"),
+        (["--beta", "0"], "beta"),
+        (["--private", "11"], "outside 1..10"),
+        (["--private", "0"], "outside 1..10"),
+        (["--initial", "[0.5, 0.6]"], "initial"),
+    ],
+)
+def test_plan_bad_arguments_exit_2_with_one_line(capsys, args, needle):
+    base = {"--alpha": "0.01", "--beta": "0.8", "--epsilon": "1", "--n": "10", "--private": "1"}
+    for k, v in zip(args[::2], args[1::2]):
+        base[k] = v
+    argv = ["plan"] + [x for kv in base.items() for x in kv]
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and needle in err
+
+
+def test_audit_round_trip_and_general_emissions(capsys, tmp_path):
+    rc, out, _ = run(capsys, *PLAN, "--n", "7", "--private", "4", "--json")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(out)
+    rc, out, _ = run(capsys, "audit", str(plan_file), "--brute", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["leakage"]["4"]["total"] == pytest.approx(json.loads(plan_file.read_text())["leakage"]["4"])
+    assert doc["leakage"]["4"]["brute"] == pytest.approx(doc["leakage"]["4"]["total"], abs=1e-9)
+    # randomized response on every record: Y_p is not ⊥, the stream leaks more than one record's log 3
+    rr = [[[0.75, 0.25], [0.25, 0.75]]] * 5
+    f = tmp_path / "rr.json"
+    f.write_text(json.dumps({"emissions": rr}))
+    rc, out, _ = run(capsys, "audit", str(f), "--alpha", "0.1", "--beta", "0.2", "--private", "3", "--brute", "--json")
+    doc = json.loads(out)["leakage"]["3"]
+    assert doc["total"] == pytest.approx(doc["brute"], abs=1e-9) and doc["total"] > math.log(3)
+
+
+def test_audit_refuses_malformed_tables(capsys, tmp_path):
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps({"emissions": [[[0.5, 0.6], [0.5, 0.5]]]}))
+    rc, _, err = run(capsys, "audit", str(f), "--alpha", "0.1", "--beta", "0.2", "--private", "1")
+    assert rc == 2 and "sums to" in err
+    rc, _, err = run(capsys, "audit", str(tmp_path / "missing.json"), "--private", "1")
+    assert rc == 2 and "cannot read" in err
+
+
+def test_config_check_prints_the_plan(capsys):
+    rc, out, _ = run(capsys, "config", "check", str(EXAMPLE))
+    assert rc == 0 and "valid" in out and "horizons left" in out and "exact leakage" in out
+
+
+def test_privatize_batch_mode(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(EXAMPLE.read_text().split("[[streams.schedule]]")[0])  # no schedule: timing-free
+    frames = [json.dumps({"value": "vacant", "ts": 1.8e9 + i, **({"private": True} if i == 10 else {})})
+              for i in range(30)]
+    frames.insert(5, "{not json")
+    proc = subprocess.run([sys.executable, "-m", "streamguard.cli", "privatize", "--config", str(cfg)],
+                          input="\n".join(frames).encode(), capture_output=True, timeout=120, check=True)
+    recs = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [r["seq"] for r in recs] == list(range(30))
+    assert all(r["value"] in (None, "vacant") and (r["value"] is None) == r["redacted"] for r in recs)
+    assert recs[10]["redacted"] and all(not r["redacted"] for r in recs if abs(r["seq"] - 10) > 3)
+    assert b"rejected: not-json 1" in proc.stderr and b"vacant" not in proc.stderr

@@ -1,0 +1,154 @@
+"""Configuration loading and raw-frame validation: errors name the key or field, never a reading."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from firmware_sim import MarkovSource
+from streamguard import MarkovChain
+from streamguard.calibration import MIN_VISITS, estimate_chain
+from streamguard.config import ConfigError, ScheduleWindow, load_settings
+from streamguard.sampling import SeededSource
+from streamguard.stream.records import MAX_FRAME_BYTES, RawRecord, Rejection, StateMap, parse_frame
+from streamguard.stream.runtime import StreamRuntime
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
+LABELS = StateMap(labels=("vacant", "occupied"))
+BINS = StateMap(bins=(0.0, 10.0, 20.0))
+
+
+def _with(tmp_path: Path, old: str, new: str) -> Path:
+    p = tmp_path / "c.toml"
+    text = EXAMPLE.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new))
+    return p
+
+
+def test_example_loads_and_environment_overrides_nested_keys(monkeypatch):
+    s = load_settings(EXAMPLE)
+    assert s.device == "kitchen-pi" and s.broker.port == 1883 and s.streams[0].chain().is_binary
+    monkeypatch.setenv("STREAMGUARD_BROKER__PORT", "8883")
+    monkeypatch.setenv("STREAMGUARD_DEVICE", "hall")
+    s = load_settings(EXAMPLE)
+    assert s.broker.port == 8883 and s.broker.host == "127.0.0.1" and s.device == "hall"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("epsilon = 1.0", "epsilon = -1", "streams.0.epsilon"),
+        ("alpha = 0.01", "alpha = 1.5", "streams.0.model.alpha"),
+        ('labels = ["vacant", "occupied"]', 'labels = ["a", "b", "c"]', "streams.0"),
+        ("port = 1883", 'port = "x"', "broker.port"),
+        ('overflow = "drop-oldest"', 'overflow = "sometimes"', "outbox.overflow"),
+        ('device = "kitchen-pi"', 'device = "kitchen pi"', "device"),
+        ('start = "23:00"', 'start = "25:00"', "streams.0.schedule.0.start"),
+        ('design = "optimal"', 'design = "best"', "streams.0.design"),
+    ],
+)
+def test_errors_name_the_key(tmp_path, old, new, key):
+    with pytest.raises(ConfigError) as info:
+        load_settings(_with(tmp_path, old, new))
+    assert str(info.value).startswith(key)
+
+
+def test_unknown_keys_missing_files_and_bad_toml_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="Extra inputs"):
+        load_settings(_with(tmp_path, 'log_level = "INFO"', 'log_level = "INFO"\nlog_levle = "DEBUG"'))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("device = ")
+    with pytest.raises(ConfigError):
+        load_settings(bad)
+    with pytest.raises(ConfigError, match="password"):
+        load_settings(_with(tmp_path, 'host = "127.0.0.1"', 'host = "127.0.0.1"\npassword = "a"\npassword_file = "/x"'))
+
+
+def test_password_is_secret_and_read_from_a_file(tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_text("hunter2\n")
+    s = load_settings(_with(tmp_path, 'host = "127.0.0.1"', f'host = "127.0.0.1"\npassword_file = "{pw}"'))
+    assert s.broker.secret() == "hunter2"
+    s = load_settings(_with(tmp_path, 'host = "127.0.0.1"', 'host = "127.0.0.1"\npassword = "hunter2"'))
+    assert "hunter2" not in repr(s) and s.broker.secret() == "hunter2"
+
+
+def test_schedule_windows_wrap_midnight():
+    w = ScheduleWindow(start=dt.time(23, 0), end=dt.time(6, 0))
+    at = lambda h: dt.datetime(2026, 1, 1, h, 30).timestamp()  # noqa: E731
+    assert w.contains(at(23)) and w.contains(at(2)) and not w.contains(at(12))
+
+
+def test_calibration_estimates_the_chain_and_refuses_too_little_data(tmp_path):
+    chain = MarkovChain.binary(0.1, 0.3)
+    states = MarkovSource(chain, 4).states(20_000)
+    f = tmp_path / "cal.jsonl"
+    f.write_text("\n".join(json.dumps({"value": LABELS.labels[s]}) for s in states) + "\n{broken\n")
+    est = estimate_chain(f, LABELS)
+    # ~2,000 departures from state 1: the standard error of β̂ is about 0.01; 5 σ bound
+    assert np.allclose(est.matrix, chain.matrix, atol=0.05)
+    short = tmp_path / "short.jsonl"
+    short.write_text("\n".join(json.dumps({"value": LABELS.labels[s]}) for s in states[:40]))
+    with pytest.raises(ValueError, match=f"need ≥ {MIN_VISITS}"):
+        estimate_chain(short, LABELS)
+
+
+SECRET = "occupied-by-alice"
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        (b"\xff\xfe" + SECRET.encode(), "not-utf8"),
+        (b'{"value": "' + SECRET.encode(), "not-json"),
+        (b'{"value": NaN}', "not-finite"),
+        (b"[1, 2]", "not-object"),
+        (b'{"ts": 5}', "missing-value"),
+        (json.dumps({"value": SECRET}).encode(), "unknown-state"),
+        (json.dumps({"value": 7}).encode(), "wrong-type"),
+        (json.dumps({"value": "vacant", "ts": "noon"}).encode(), "bad-ts"),
+        (json.dumps({"value": "vacant", "ts": 5.0}).encode(), "ts-out-of-order"),
+        (json.dumps({"value": "vacant", "private": "yes"}).encode(), "bad-private"),
+        (json.dumps({"value": "vacant", "pad": "x" * MAX_FRAME_BYTES}).encode(), "oversize"),
+    ],
+)
+def test_rejections_name_the_field_never_the_value(frame, reason):
+    r = parse_frame(frame, LABELS, now=100.0, last_ts=10.0)
+    assert isinstance(r, Rejection) and r.reason == reason
+    assert SECRET not in r.message and "noon" not in r.message and "yes" not in r.message
+
+
+def test_numeric_bins():
+    ok = parse_frame(b'{"value": 12.5, "ts": 11}', BINS, now=0, last_ts=10.0)
+    assert ok == RawRecord(1, 11.0, False)
+    assert parse_frame(b'{"value": 20.0}', BINS, now=0, last_ts=None).state == 1  # last bin is closed
+    for v, reason in ((25, "out-of-range"), ("12", "wrong-type"), (True, "wrong-type")):
+        r = parse_frame(json.dumps({"value": v}).encode(), BINS, now=0, last_ts=None)
+        assert isinstance(r, Rejection) and r.reason == reason and "25" not in r.message
+
+
+def test_runtime_commands_payloads_and_status(tmp_path):
+    s = load_settings(_with(tmp_path, 'log_level = "INFO"', 'log_level = "INFO"\ndeterministic_seed = 3'))
+    cfg = s.streams[0].model_copy(update={"schedule": []})
+    rt = StreamRuntime(s, cfg, SeededSource(3))
+    for i in range(12):
+        rt.on_frame(json.dumps({"value": "occupied", "ts": 1.8e9 + i}).encode(), now=1.8e9 + i)
+    assert rt.on_command(b'{"private": "now"}') is None
+    assert rt.on_command(b'{"private": 9}') is None
+    for bad, reason in ((b"{", "not-json"), (b'{"x": 1}', "not-object"), (b'{"private": true}', "bad-private"),
+                        (b'{"private": 99}', "unknown-seq"), (b'{"private": -1}', "bad-private")):
+        assert rt.on_command(bad).reason == reason
+    releases = rt.drain()
+    rec = rt.record(releases[-1])
+    assert rec["seq"] == 11 and rec["value"] is None and rec["redacted"] and rec["mode"] == "deterministic"
+    status = rt.privacy_status()
+    assert status["counters"]["accepted"] == 12 and status["counters"]["commands_rejected"]["bad-private"] == 2
+    assert status["deterministic"] and status["horizons"]["left"] == rt.plan.left_horizon
+    assert {m["seq"] for m in status["open_marks"] + status["recent_marks"]} == {9, 11}
