@@ -11,7 +11,7 @@ Tasks (DESIGN.md §6):
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
 
 Every decision is stored in the outbox (with the redaction rows used and the open marks) before
-it can be published; a retry resends the stored bytes, never a new draw. SIGTERM/SIGINT (or the
+it can be published — by one writer task that commits whatever has queued up as one group; a retry resends the stored bytes, never a new draw. SIGTERM/SIGINT (or the
 ``stop`` event) end intake, decide what is pending, drain the outbox within a deadline, publish
 ``offline`` and disconnect. Nothing here logs a reading: frames are counted, never printed.
 """
@@ -24,6 +24,7 @@ import json
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 #: Decisions kept per stream in the outbox for a restart (≫ any horizon).
 KEEP_DECISIONS = 4096
+#: Entries written per transaction, and queued at most before intake waits.
+STORE_GROUP = 256
+STORE_QUEUE_LIMIT = 4096
 STATUS_INTERVAL = 2.0
 TICK_INTERVAL = 0.2
 DRAIN_TIMEOUT = 10.0
@@ -71,8 +75,11 @@ class Daemon:
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
         self._status_dirty = asyncio.Event()
-        # Stores happen in decision order; under stop-input a full outbox holds every source here.
-        self._store_lock = asyncio.Lock()
+        # Store queue (decision order) drained by one writer task in groups.
+        self._queue: deque[_StoreEntry] = deque()
+        self._queued = asyncio.Event()
+        self._room = asyncio.Event()
+        self._idle = asyncio.Event()
 
     # -- set-up -------------------------------------------------------------------------------
     async def _restore(self, box: AsyncOutbox) -> None:
@@ -82,8 +89,19 @@ class Daemon:
             decided = await box.run(Outbox.recent_decisions, cfg.name)
             first_seq = await box.run(Outbox.next_position, cfg.name)
             marks = await box.run(Outbox.marks, cfg.name)
-            restarted = bool(decided)
             first_phys = max(decided) + 1 if decided else 0
+            # An open mark whose own record was still pending at the crash: that record is lost,
+            # but the records after the restart are its right neighbours (at an unknown distance
+            # ≥ 1). Resume after it, recording the never-published positions as fully redacted, so
+            # that it is restored like any open mark (the rest of its right window redacted, its
+            # leakage evaluated over every restart gap) instead of being dropped.
+            lost = [m["state"]["phys"] for m in marks.values() if m.get("open") and m["state"]["phys"] >= first_phys]
+            if lost:
+                never = [(t, 1.0, 1.0) for t in range(first_phys, max(lost) + 1)]
+                await box.run(Outbox.record_decisions, cfg.name, never, keep=KEEP_DECISIONS)
+                decided.update((t, (r0, r1)) for t, r0, r1 in never)
+                first_phys = max(lost) + 1
+            restarted = bool(decided)
             open_marks = [Mark.from_state(m["state"]) for m in marks.values()
                           if m.get("open") and m["state"]["phys"] < first_phys]
             self.runtimes[cfg.name] = StreamRuntime(
@@ -115,25 +133,54 @@ class Daemon:
         await self._store(rt, [])
 
     async def _store(self, rt: StreamRuntime, releases: list[Release]) -> None:
-        """Persist decisions, rows and mark states in one go, then wake the publisher."""
-        assert self._box is not None and self._publisher is not None
-        items = [Item(rt.name, r.seq, rt.data_topic(), rt.payload(r)) for r in releases]
-        decisions = list(rt.core.last_decisions)
+        """Queue the decisions, the rows used and the mark states for the writer (in decision
+        order); waits only when the queue is full (the outbox is slow or, under stop-input, full)."""
+        entry = _StoreEntry(
+            rt.name,
+            [Item(rt.name, r.seq, rt.data_topic(), rt.payload(r)) for r in releases],
+            list(rt.core.last_decisions),
+            rt.mark_records(),
+        )
         rt.core.last_decisions.clear()
-        marks = rt.mark_records()
-        async with self._store_lock:
-            while True:
-                try:
-                    await self._box.run(_persist, rt.name, items, decisions, marks)
-                    break
-                except Full:  # stop-input policy: hold intake until the publisher makes room
-                    self.stats.outbox_full_waits += 1
-                    await asyncio.sleep(0.1)
-        self.stats.stored += len(items)
-        if items:
-            self._publisher.notify()
-        if marks:
-            self._status_dirty.set()
+        if not entry.items and not entry.decisions and not entry.marks:
+            return
+        while len(self._queue) >= STORE_QUEUE_LIMIT:
+            self._room.clear()
+            await self._room.wait()
+        self._queue.append(entry)
+        self._queued.set()
+
+    async def _writer(self) -> None:
+        """Group commit: everything queued while the previous transaction ran goes in the next one
+        (one disk sync per group); only then can the publisher see the records."""
+        assert self._box is not None and self._publisher is not None
+        while True:
+            await self._queued.wait()
+            self._queued.clear()
+            while self._queue:
+                group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
+                self._room.set()
+                while True:
+                    try:
+                        await self._box.run(_persist, group)
+                        break
+                    except Full:  # stop-input: hold intake (the queue fills) until acks make room
+                        self.stats.outbox_full_waits += 1
+                        await asyncio.sleep(0.1)
+                stored = sum(len(e.items) for e in group)
+                self.stats.stored += stored
+                if stored:
+                    self._publisher.notify()
+                if any(e.marks for e in group):
+                    self._status_dirty.set()
+            self._idle.set()
+
+    async def _flush_stores(self) -> None:
+        """Wait until everything queued is in the outbox."""
+        while self._queue or not self._idle.is_set():
+            self._idle.clear()
+            self._queued.set()
+            await self._idle.wait()
 
     # -- tasks --------------------------------------------------------------------------------
     async def _control_session(self, t: Transport) -> None:
@@ -218,12 +265,13 @@ class Daemon:
             self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish)
             self._control = self._transport("", will=True)
             publisher = asyncio.create_task(self._publisher.run(), name="publisher")
+            writer = asyncio.create_task(self._writer(), name="writer")
             workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
                        asyncio.create_task(self._ticker(), name="ticker")]
             workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
             stopping = asyncio.create_task(stop.wait())
-            await asyncio.wait([stopping, *workers], return_when=asyncio.FIRST_COMPLETED)
-            failure = next((w.exception() for w in workers if w.done() and not w.cancelled()
+            await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
+            failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
                             and w.exception() is not None), None)
             if failure is not None:
                 log.error("stopping: a task failed: %s", failure)
@@ -236,6 +284,13 @@ class Daemon:
             stopping.cancel()
             for rt in self.runtimes.values():
                 await self._store(rt, rt.drain())
+            if not writer.done():
+                try:
+                    await asyncio.wait_for(self._flush_stores(), DRAIN_TIMEOUT)
+                except TimeoutError:
+                    log.error("shutdown: %d decisions could not be stored in time", len(self._queue))
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
             drained = await self._publisher.drain(DRAIN_TIMEOUT)
             if not drained:
                 log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
@@ -258,10 +313,22 @@ class Daemon:
             log.warning("could not publish the offline status: %s", exc)
 
 
-def _persist(box: Outbox, stream: str, items: list[Item], decisions: list[tuple[int, float, float]],
-             marks: dict[int, dict[str, Any]]) -> None:
-    """Records, the rows used (by physical index) and mark states in one transaction."""
-    box.store(items, keep=KEEP_DECISIONS, stream=stream, decisions=decisions, marks=marks)
+@dataclass
+class _StoreEntry:
+    stream: str
+    items: list[Item]
+    decisions: list[tuple[int, float, float]]  # (physical index, row0, row1)
+    marks: dict[int, dict[str, Any]]
+
+
+def _persist(box: Outbox, group: list[_StoreEntry]) -> None:
+    """A group's records, rows used and mark states in one transaction (the outbox thread)."""
+    decisions: dict[str, list[tuple[int, float, float]]] = {}
+    marks: dict[str, dict[int, dict[str, Any]]] = {}
+    for e in group:
+        decisions.setdefault(e.stream, []).extend(e.decisions)
+        marks.setdefault(e.stream, {}).update(e.marks)
+    box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks)
 
 
 async def stdin_frames(stream: str) -> AsyncIterator[tuple[str, bytes]]:

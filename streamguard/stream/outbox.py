@@ -166,13 +166,13 @@ class Outbox:
         items: Sequence[Item],
         *,
         keep: int,
-        stream: str | None = None,
-        decisions: Sequence[tuple[int, float, float]] = (),
-        marks: Mapping[int, Mapping[str, Any]] | None = None,
+        decisions: Mapping[str, Sequence[tuple[int, float, float]]] | None = None,
+        marks: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
     ) -> None:
-        """:meth:`put` plus, in the same transaction, ``decisions`` (index, row0, row1) and mark
-        reports of ``stream`` — one disk sync, and all or nothing after a crash. The overflow
-        check comes first, so a :class:`Full` leaves nothing behind and the call can be retried."""
+        """:meth:`put` plus, in the same transaction, ``decisions`` (per stream: index, row0, row1)
+        and mark reports (per stream: seq → report) — one disk sync for a whole group, and all or
+        nothing after a crash. The overflow check comes first, so a :class:`Full` leaves nothing
+        behind and the call can be retried."""
         excess = self._count + len(items) - self._max
         if items and excess > 0 and self._overflow == "stop-input":
             raise Full(f"the outbox holds {self._count} of {self._max} records; {len(items)} more do not fit")
@@ -184,14 +184,13 @@ class Outbox:
             upto[it.stream] = max(upto.get(it.stream, 0), it.seq + 1)
             if it.row is not None:
                 decided.setdefault(it.stream, []).append((it.seq, *it.row))
-        if decisions:
-            if stream is None:
-                raise ValueError("decisions need their stream")
-            decided.setdefault(stream, []).extend(decisions)
+        for name, rows in (decisions or {}).items():
+            decided.setdefault(name, []).extend(rows)
         now = time.time()
         with self._transaction() as db:
-            for seq, report in (marks or {}).items():
-                _upsert_mark(db, stream or "", seq, report)
+            for name, by_seq in (marks or {}).items():
+                for seq, report in by_seq.items():
+                    _upsert_mark(db, name, seq, report)
             db.executemany(
                 "INSERT INTO outbox (stream, seq, topic, payload, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(it.stream, it.seq, it.topic, it.payload, now) for it in items],
@@ -217,9 +216,17 @@ class Outbox:
         return [Row._make(r) for r in cur]
 
     def ack(self, ids: Iterable[int]) -> int:
-        """Delete published records by id (unknown ids are ignored); returns how many were deleted."""
-        with self._transaction() as db:
-            deleted = db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids]).rowcount
+        """Delete published records by id (unknown ids are ignored); returns how many were deleted.
+
+        An acknowledgement need not survive a power cut (a lost one only means the record is sent
+        again, and consumers de-duplicate by seq), so it commits without its own disk sync
+        (``synchronous=NORMAL`` for this transaction; the next stored group syncs it)."""
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with self._transaction() as db:
+                deleted = db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids]).rowcount
+        finally:
+            self._db.execute("PRAGMA synchronous=FULL")
         self._count -= deleted
         return deleted
 
