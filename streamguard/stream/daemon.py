@@ -157,6 +157,7 @@ class Daemon:
         while True:
             await self._queued.wait()
             self._queued.clear()
+            self._idle.clear()  # busy: a flush must not return on the idle flag of the last round
             while self._queue:
                 group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
                 self._room.set()

@@ -85,7 +85,10 @@ class StateMap:
                 return Rejection("unknown-state", "field 'value' is not one of the configured labels")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return Rejection("wrong-type", "field 'value' must be a number")
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an integer beyond the float range lies outside every bin
+            return Rejection("out-of-range", "field 'value' lies outside the configured bins")
         if not math.isfinite(v):
             return Rejection("not-finite", "field 'value' is NaN or infinite")
         edges = self.bins
@@ -110,6 +113,18 @@ def _reject_constant(token: str) -> float:
     raise _NonFinite(token)
 
 
+def _finite_float(x: Any) -> float | None:
+    """``x`` as a finite float, or None (not a number, a bool, NaN/±inf, or an integer too large
+    for a float — ``float(10**400)`` raises OverflowError)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        v = float(x)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
 def parse_frame(
     data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES
 ) -> RawRecord | Rejection:
@@ -127,6 +142,8 @@ def parse_frame(
         return Rejection("not-finite", "frame contains NaN or Infinity")
     except ValueError:
         return Rejection("not-json", "frame is not valid JSON")
+    except RecursionError:  # e.g. thousands of nested brackets: the decoder's recursion limit
+        return Rejection("not-json", "frame is nested too deeply to parse")
     if not isinstance(obj, dict):
         return Rejection("not-object", "frame must be a JSON object")
     if "value" not in obj:
@@ -135,9 +152,9 @@ def parse_frame(
     if isinstance(state, Rejection):
         return state
     ts_raw = obj.get("ts", now)
-    if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)) or not math.isfinite(float(ts_raw)):
+    ts = _finite_float(ts_raw)
+    if ts is None:
         return Rejection("bad-ts", "field 'ts' must be a finite number of seconds")
-    ts = float(ts_raw)
     if last_ts is not None and ts < last_ts:
         return Rejection("ts-out-of-order", "field 'ts' is earlier than the previous record's")
     private = obj.get("private", False)

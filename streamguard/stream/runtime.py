@@ -118,7 +118,7 @@ class StreamRuntime:
         """Apply ``{"private": <seq>}`` or ``{"private": "now"}``; a bad command is counted."""
         try:
             obj = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply
             return self._bad_command("not-json", "command is not valid JSON")
         if not isinstance(obj, dict) or "private" not in obj:
             return self._bad_command("not-object", "command must be an object with field 'private'")
