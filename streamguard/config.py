@@ -164,6 +164,8 @@ class Settings(BaseSettings):
     topic_base: str = Field("streamguard", pattern=r"^[A-Za-z0-9_\-/]+$")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     deterministic_seed: int | None = None
+    #: Also write every sanitized record to standard output as a JSON line (a second sink).
+    stdout: bool = False
     broker: BrokerConfig = BrokerConfig()
     outbox: OutboxConfig = OutboxConfig()
     publish: PublishConfig = PublishConfig()

@@ -774,3 +774,25 @@ async def test_run_demo_passes_its_end_to_end_checks() -> None:
     assert await asyncio.wait_for(run_demo(duration=3, rate=20.0, seed=1, broker=None, out=out), 60) == 0
     text = out.getvalue()
     assert "checks: all passed" in text and "embedded MQTT broker (amqtt) on 127.0.0.1:" in text
+
+
+async def test_stdout_sink_and_extra_source_feed_the_same_records(mosquitto, tmp_path, capsys) -> None:
+    """A daemon with an in-process source writes every stored record to stdout as a JSON line, in
+    seq order, with the same bytes that go to the outbox (and so to MQTT)."""
+    from streamguard.config import Settings
+
+    settings = Settings(device="sink", broker=mosquitto.broker_config(), stdout=True,
+                        outbox={"path": tmp_path / "o.sqlite"},
+                        streams=[{"name": "s", "labels": ["a", "b"], "model": {"alpha": 0.2, "beta": 0.3},
+                                  "epsilon": 1.0, "source": "stdin"}])
+
+    async def frames():
+        for i in range(25):
+            yield "s", json.dumps({"value": "ab"[i % 2], "ts": 1.8e9 + i, "private": i == 12}).encode()
+
+    async with daemon_running(settings, extra_sources=[frames]) as (_, _, task):
+        await asyncio.wait_for(asyncio.shield(task), 30)  # the source ends → the daemon drains and stops
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["seq"] for r in lines] == list(range(25))
+    assert all((r["value"] is None) == r["redacted"] and r["value"] in (None, "ab"[r["seq"] % 2]) for r in lines)
+    assert lines[12]["redacted"]

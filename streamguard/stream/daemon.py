@@ -172,6 +172,9 @@ class Daemon:
                 self.stats.stored += stored
                 if stored:
                     self._publisher.notify()
+                    if self.settings.stdout:  # the JSON-lines sink: stored, so never re-drawn
+                        sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
+                        sys.stdout.flush()
                 if any(e.marks for e in group):
                     self._status_dirty.set()
             self._idle.set()
