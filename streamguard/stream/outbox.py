@@ -287,11 +287,11 @@ def _insert_decisions(
         "INSERT INTO decisions (stream, seq, row0, row1) VALUES (?, ?, ?, ?)",
         [(stream, seq, r0, r1) for seq, r0, r1 in decisions],
     )
-    db.execute(
-        "DELETE FROM decisions WHERE stream = ? AND seq < "
-        "(SELECT seq FROM decisions WHERE stream = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-        (stream, stream, keep - 1),
-    )
+    # keep the last ``keep`` positions (positions are recorded densely, so a range delete on the
+    # newest one is enough — no index walk over the kept rows)
+    newest = max(seq for seq, _, _ in decisions) if decisions else None
+    if newest is not None:
+        db.execute("DELETE FROM decisions WHERE stream = ? AND seq <= ?", (stream, newest - keep))
 
 
 class AsyncOutbox:
