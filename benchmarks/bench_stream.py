@@ -59,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+from streamguard.loopback import HOST, accepts, free_port
+
 from ._common import (
     base_parser,
     environment,
@@ -73,7 +75,6 @@ from ._common import (
     write_json,
 )
 
-HOST = "127.0.0.1"
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/local/sbin:/usr/sbin:/sbin")
 BASE = "sgbench"
 LABELS = ("vacant", "occupied")
@@ -115,18 +116,6 @@ QUICK = Sizes(thr_records=1_500, thr_reps=1, thr_warm=200, lat_records=300, lat_
 # --------------------------------------------------------------------------------------- broker
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 class Mosquitto:
@@ -143,7 +132,7 @@ class Mosquitto:
         if MOSQUITTO is None:
             raise RuntimeError("mosquitto is not installed (Debian: apt-get install mosquitto)")
         for _ in range(5):  # a free port can be taken between the probe and the bind
-            self.port = _free_port()
+            self.port = free_port()
             lines = [f"listener {self.port} {HOST}", "allow_anonymous true", "persistence false",
                      "set_tcp_nodelay true", f"log_dest file {self.log}"]
             if os.geteuid() == 0:
@@ -156,7 +145,7 @@ class Mosquitto:
                 os.sched_setaffinity(self.proc.pid, {self.cpu})
             deadline = time.monotonic() + 5.0
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if _accepts(self.port):
+                if accepts(self.port):
                     return
                 time.sleep(0.02)
             self.stop()

@@ -261,7 +261,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         lk = sp.leakage()
         print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, ε={cfg.epsilon:g}, "
               f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
-        print(f"  redaction by t − p: " + ", ".join(
+        print("  redaction by t − p: " + ", ".join(
             f"{int(d):+d}:({r[0]:.4f},{r[1]:.4f})" for d, r in zip(sp.offsets(), sp.table())))
         delay = sp.left_horizon if cfg.delay is None else cfg.delay
         print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"

@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from .chain import MarkovChain, ModelError
-from .redaction.design import DESIGNS
 from .stream.records import StateMap
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from streamguard.loopback import HOST, accepts, free_port
 from streamguard.config import BrokerConfig
 
-HOST = "127.0.0.1"
 #: Mosquitto lives in an sbin directory, which is not on every PATH.
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/local/sbin:/usr/sbin:/sbin")
 _START_TIMEOUT = 5.0
@@ -35,18 +34,6 @@ _STOP_TIMEOUT = 5.0
 _START_ATTEMPTS = 5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 @dataclass
@@ -91,7 +78,7 @@ class Broker:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 return False
-            if _accepts(self.port):
+            if accepts(self.port):
                 return True
             time.sleep(0.02)
         self.kill()
@@ -102,7 +89,7 @@ class Broker:
         assert self._proc is None or self._proc.poll() is not None, "the broker is running"
         for _ in range(_START_ATTEMPTS):
             if new_port:
-                self.port = _free_port()
+                self.port = free_port()
             if self._launch():
                 return
             time.sleep(0.1)  # the port was taken (start race) or is not free again yet

@@ -43,6 +43,7 @@ from firmware_sim import (
 )
 from firmware_sim.mqtt import require_loopback
 from firmware_sim.spec import stream_from_spec
+from streamguard.loopback import free_port
 from streamguard import MarkovChain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -415,19 +416,13 @@ def test_cli_spec_file_and_refusals(tmp_path):
 # ------------------------------------------------------------------------------------------- MQTT
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mosquitto(tmp_path):
     """A Mosquitto broker on a free loopback port; yields the port."""
     binary = shutil.which("mosquitto")
     if binary is None:
         pytest.skip("mosquitto is not installed")
-    port = _free_port()
+    port = free_port()
     conf = tmp_path / "mosquitto.conf"
     lines = [f"listener {port} 127.0.0.1", "allow_anonymous true", "persistence false", "set_tcp_nodelay true",
              f"log_dest file {tmp_path / 'mosquitto.log'}"]
