@@ -456,3 +456,19 @@ async def test_a_topic_change_closes_a_batch(mosquitto: Broker, tmp_path: Path) 
             await collector.wait_until(lambda: len(collector.messages) >= 3, 5)
     assert [(m.topic, [r["seq"] for r in json.loads(m.payload)]) for m in collector.messages] == [
         (f"{BASE}/data/a", [0]), (f"{BASE}/other", [1]), (f"{BASE}/data/a", [2])]
+
+
+def test_store_is_one_transaction_and_prunes_only_closed_marks(tmp_path):
+    """``Outbox.store`` writes records, decisions and marks together; closed marks more than
+    ``keep`` positions behind are pruned, open ones never."""
+    with Outbox(tmp_path / "o.sqlite", 100, "stop-input") as box:
+        marks = {i: {"open": i == 3, "state": {"phys": i}, "report": {}} for i in range(30)}
+        box.store([Item("s", 0, "t", b"{}")], keep=10, decisions={"s": [(0, 1.0, 1.0)]}, marks={"s": marks})
+        assert sorted(box.marks("s")) == [3, *range(19, 30)]
+        assert box.recent_decisions("s") == {0: (1.0, 1.0)} and len(box) == 1
+    with Outbox(tmp_path / "full.sqlite", 1, "stop-input") as box:
+        box.put([Item("s", 0, "t", b"{}")], keep=10)
+        with pytest.raises(Full):  # nothing of a refused store is written
+            box.store([Item("s", 1, "t", b"{}")], keep=10, decisions={"s": [(1, 0.0, 0.0)]},
+                      marks={"s": {1: {"open": True}}})
+        assert box.marks("s") == {} and 1 not in box.recent_decisions("s")

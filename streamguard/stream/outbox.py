@@ -191,6 +191,11 @@ class Outbox:
             for name, by_seq in (marks or {}).items():
                 for seq, report in by_seq.items():
                     _upsert_mark(db, name, seq, report)
+                if by_seq:  # closed marks far behind are history: keep the table bounded
+                    db.execute(
+                        "DELETE FROM marks WHERE stream = ? AND seq < ? AND json_extract(report, '$.open') = 0",
+                        (name, max(by_seq) - keep),
+                    )
             db.executemany(
                 "INSERT INTO outbox (stream, seq, topic, payload, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(it.stream, it.seq, it.topic, it.payload, now) for it in items],
