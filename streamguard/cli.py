@@ -256,6 +256,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     settings = load_settings(Path(args.file))
     print(f"{args.file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
           f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}")
+    if settings.deterministic_seed is not None:
+        print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
+              "against anyone who knows the seed)")
     for cfg in settings.streams:
         sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
         lk = sp.leakage()

@@ -10,6 +10,7 @@ ignored). Unknown keys are errors. Validation errors name the key, e.g.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -18,6 +19,15 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from .chain import MarkovChain, ModelError
 from .stream.records import StateMap
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class ConfigError(ValueError):
@@ -87,6 +97,12 @@ class ScheduleWindow(_Strict):
 
     start: dt.time
     end: dt.time
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ScheduleWindow:
+        if self.start == self.end:
+            raise ValueError("a schedule window needs start ≠ end")
+        return self
 
     def contains(self, ts: float) -> bool:
         t = dt.datetime.fromtimestamp(ts).time()
@@ -181,6 +197,14 @@ class Settings(BaseSettings):
         if sum(s.source == "stdin" for s in v) > 1:
             raise ValueError("at most one stream can read standard input")
         return v
+
+    @model_validator(mode="after")
+    def _raw_stays_local(self) -> Settings:
+        """Raw readings never leave the device: a broker that carries raw frames must be local."""
+        if any(s.source == "mqtt" for s in self.streams) and not _is_loopback(self.broker.host):
+            raise ValueError('broker.host: streams with source = "mqtt" read raw frames from the broker, '
+                             "which must be on this device (localhost or a loopback address)")
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -125,7 +125,7 @@ def test_config_check_prints_the_plan(capsys):
 def test_privatize_batch_mode(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(EXAMPLE.read_text().split("[[streams.schedule]]")[0])  # no schedule: timing-free
-    frames = [json.dumps({"value": "vacant", "ts": 1.8e9 + i, **({"private": True} if i == 10 else {})})
+    frames = [json.dumps({"value": "vacant", "ts": 1.79e9 + i, **({"private": True} if i == 10 else {})})
               for i in range(30)]
     frames.insert(5, "{not json")
     proc = subprocess.run([sys.executable, "-m", "streamguard.cli", "privatize", "--config", str(cfg)],

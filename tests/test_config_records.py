@@ -139,7 +139,7 @@ def test_runtime_commands_payloads_and_status(tmp_path):
     cfg = s.streams[0].model_copy(update={"schedule": []})
     rt = StreamRuntime(s, cfg, SeededSource(3))
     for i in range(12):
-        rt.on_frame(json.dumps({"value": "occupied", "ts": 1.8e9 + i}).encode(), now=1.8e9 + i)
+        rt.on_frame(json.dumps({"value": "occupied", "ts": 1.79e9 + i}).encode(), now=1.79e9 + i)
     assert rt.on_command(b'{"private": "now"}') is None
     assert rt.on_command(b'{"private": 9}') is None
     for bad, reason in ((b"{", "not-json"), (b'{"x": 1}', "not-object"), (b'{"private": true}', "bad-private"),
@@ -152,3 +152,19 @@ def test_runtime_commands_payloads_and_status(tmp_path):
     assert status["counters"]["accepted"] == 12 and status["counters"]["commands_rejected"]["bad-private"] == 2
     assert status["deterministic"] and status["horizons"]["left"] == rt.plan.left_horizon
     assert {m["seq"] for m in status["open_marks"] + status["recent_marks"]} == {9, 11}
+
+
+@pytest.mark.parametrize(
+    ("frame", "private"),
+    [
+        (b'{"value": "vacant", "private": "true"}', True),  # bad-private, but it asked
+        (b'{"value": "' + SECRET.encode() + b'", "private": true}', True),  # unknown state
+        (b'{"value": "vacant", "private": tr', True),  # truncated
+        (b'{"value": "vacant", "ts": 5.0, "private": true}', True),  # out of order
+        (b'{"value": "vacant", "ts": 5.0, "private": false}', False),
+        (b'{"value": "nope"}', False),
+    ],
+)
+def test_rejected_frames_that_ask_for_privacy_say_so(frame, private):
+    r = parse_frame(frame, LABELS, now=100.0, last_ts=10.0)
+    assert isinstance(r, Rejection) and r.private is private

@@ -176,3 +176,35 @@ def test_every_finished_mark_is_honest(a, b, eps, n, data):
         if m.honoured:
             assert m.achieved.total <= eps + 1e-9
         assert m.achieved.total == pytest.approx(_window_brute(core._rows, m, chain), abs=1e-9)
+
+
+def test_late_mark_on_a_redacted_record_with_released_right_neighbours_is_judged_exactly():
+    """Found in review: p was redacted surely (inside another mark's window) but its right
+    neighbours were already released; re-planning the right side would over-claim."""
+    chain = MarkovChain.binary(0.05, 0.2)
+    plan = plan_stream(chain, 1.0)
+    core = StreamPrivatizer(plan, SeededSource(11))
+    for i in range(40):
+        core.accept(0, float(i), now=float(i), private=(i == 10))
+    m = core.mark(11 + plan.right_horizon - 1)  # redacted surely, right neighbours published
+    core.drain()
+    assert m.late and m.achieved is not None
+    assert m.achieved.total == pytest.approx(_window_brute(core._rows, m, chain), abs=1e-9)
+    assert m.honoured == (m.achieved.total <= 1.0 * (1 + 1e-12))
+
+
+def test_a_rejected_frame_that_asked_to_be_private_protects_its_neighbours():
+    core = StreamPrivatizer(PLAN, SeededSource(12))
+    rel = []
+    for i in range(20):
+        if i == 10:
+            rel += core.skip(now=float(i), private=True)
+        rel += core.accept(0, float(i), now=float(i))[1]
+    rel += core.drain()
+    (m,) = core.finished
+    assert m.seq is None and m.honoured and m.report()["seq"] is None
+    rows = {r.phys: r.row for r in rel}
+    for d, row in zip(PLAN.offsets(), PLAN.table()):
+        if d:
+            assert rows[m.phys + d] == pytest.approx(tuple(row))
+    assert m.achieved.total == pytest.approx(PLAN.leakage().total, abs=1e-12)

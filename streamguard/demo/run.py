@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -88,11 +89,10 @@ class Watch:
             pv = self.privacy.get(s.name, {})
             c = pv.get("counters", {})
             marks = pv.get("recent_marks", []) + pv.get("open_marks", [])
-            done = [m["achieved"]["total"] for m in marks if m.get("achieved")]
-            worst = max((v for v in done if isinstance(v, float)), default=None)
+            worst = max((_leak(m) for m in marks if m.get("achieved")), default=None)
             parts.append(f"{s.name}: in {c.get('accepted', 0)}+{sum(c.get('rejected', {}).values())} bad, "
                          f"out {len(recs)} ({len(recs) - red} released, {red} redacted), marks {len(marks)}"
-                         + (f" max leak {worst:.3f}≤{s.epsilon:g}" if worst is not None else ""))
+                         + (f" max leak {worst:.3f} (ε={s.epsilon:g})" if worst is not None else ""))
         total = sum(len(v) for v in self.records.values())
         parts.append(f"{total / max(elapsed, 1e-9):6.1f} rec/s")
         return " | ".join(parts)
@@ -117,10 +117,20 @@ async def _subscribe(host: str, port: int, watch: Watch, ready: asyncio.Event) -
                 watch.status = body
 
 
+def _leak(mark: dict[str, Any]) -> float:
+    """A mark's achieved total leakage; the status writes an unbounded one as "inf"."""
+    v = mark["achieved"]["total"]
+    return math.inf if v == "inf" else float(v)
+
+
 def _check(watch: Watch, truth: dict[str, list[int | None]]) -> list[str]:
-    """Problems found comparing what was published with the simulator's ground truth."""
+    """Problems found comparing what was published with the simulator's ground truth and with
+    the privacy promise (every finished mark honoured, its exact leakage within ε)."""
     problems = []
     for s in STREAMS:
+        for m in watch.privacy.get(s.name, {}).get("recent_marks", []):
+            if not m["honoured"] or _leak(m) > s.epsilon * (1 + 1e-9):
+                problems.append(f"{s.name}: mark at {m['seq']} not honoured ({m.get('reason')})")
         recs = watch.records.get(s.name, [])
         seqs = [r["seq"] for r in recs]
         unique = {r["seq"]: r for r in recs}
@@ -205,14 +215,13 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float) -> str:
         red = sum(r["redacted"] for r in recs)
         marks = pv.get("recent_marks", [])
         honoured = sum(m["honoured"] for m in marks)
-        leaks = [m["achieved"]["total"] for m in marks if m.get("achieved")]
-        finite = [v for v in leaks if isinstance(v, float)]
+        leaks = [_leak(m) for m in marks if m.get("achieved")]
         lines.append(
             f"  {s.name}: accepted {c.get('accepted', 0)}, rejected {c.get('rejected', {})}, published {len(recs)} "
             f"({len(recs) - red} released, {red} redacted); plan: horizons {pv.get('horizons')}, "
             f"exact plan leakage {pv.get('plan_leakage', float('nan')):.4f} ≤ ε={s.epsilon:g}; "
             f"marks {len(marks)} ({honoured} honoured), max achieved leakage "
-            f"{max(finite) if finite else float('nan'):.4f}"
+            + (f"{max(leaks):.4f}" if leaks else "—")
         )
     lines.append(f"  simulator sent: {sent}")
     return "\n".join(lines)

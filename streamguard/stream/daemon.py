@@ -107,6 +107,9 @@ class Daemon:
             self.runtimes[cfg.name] = StreamRuntime(
                 s, cfg, bit_source(s.deterministic_seed, i), first_seq=first_seq, first_phys=first_phys,
                 decided=decided, open_marks=open_marks, restarted=restarted)
+            if s.deterministic_seed is not None:
+                log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "
+                            "against anyone who knows the seed", cfg.name)
             if restarted:
                 log.info("stream %s: resuming at seq %d after a restart (%d open marks kept)",
                          cfg.name, first_seq, len(open_marks))
@@ -336,11 +339,8 @@ def _persist(box: Outbox, group: list[_StoreEntry]) -> None:
 
 
 async def stdin_frames(stream: str) -> AsyncIterator[tuple[str, bytes]]:
-    """Raw JSON lines from standard input, as frames of ``stream``."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while line := await reader.readline():
+    """Raw JSON lines from standard input (a pipe or a file), as frames of ``stream``."""
+    while line := await asyncio.to_thread(sys.stdin.buffer.readline):
         data = line.rstrip(b"\r\n")
         if data:
             yield stream, data

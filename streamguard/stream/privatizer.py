@@ -70,9 +70,10 @@ class Release:
 
 @dataclass
 class Mark:
-    """A private position (physical index ``phys``, published ``seq``) and what became of it."""
+    """A private position (physical index ``phys``, published ``seq`` — None for a rejected frame
+    that asked to be private) and what became of it."""
 
-    seq: int
+    seq: int | None
     phys: int
     source: str
     left: NDArray[np.float64]  # rows by distance 1..len, applied to undecided left neighbours
@@ -124,7 +125,7 @@ class Mark:
     @classmethod
     def from_state(cls, s: dict[str, Any]) -> Mark:
         """Restore an open mark after a restart: the rest of its right window is fully redacted."""
-        return cls(int(s["seq"]), int(s["phys"]), str(s["source"]), np.zeros((0, 2)),
+        return cls(None if s["seq"] is None else int(s["seq"]), int(s["phys"]), str(s["source"]), np.zeros((0, 2)),
                    np.ones((int(s["right_len"]), 2)), late=bool(s["late"]), honoured=bool(s["honoured"]),
                    reason=s["reason"], left_leakage=s["left_leakage"], right_budget=s["right_budget"],
                    left_reach=int(s["left_reach"]))
@@ -206,9 +207,13 @@ class StreamPrivatizer:
             self.mark(seq, source=source)
         return seq, self._decide_due()
 
-    def skip(self, *, now: float) -> list[Release]:
-        """A rejected frame: one physical step, no seq, redacted with probability 1."""
+    def skip(self, *, now: float, private: bool = False) -> list[Release]:
+        """A rejected frame: one physical step, no seq, redacted with probability 1. With
+        ``private`` (the frame asked to be private, as far as it could be read) the step is marked
+        private all the same, so its neighbours are protected: fail closed."""
         self._push(None, 0, math.nan, now)
+        if private:
+            self._mark_at(None, self.next_phys - 1, "flag")
         return self._decide_due()
 
     def _push(self, seq: int | None, state: int, ts: float, now: float) -> None:
@@ -266,7 +271,10 @@ class StreamPrivatizer:
             self.finished.append(mark)
             self.mark_events.append(mark)
             return mark
-        p = self._phys_of_seq[s]
+        return self._mark_at(s, self._phys_of_seq[s], source)
+
+    def _mark_at(self, s: int | None, p: int, source: str) -> Mark:
+        """Mark physical step p (seq ``s``, None for a rejected frame) private."""
         for m in self._marks:
             if m.phys == p and m.honoured:
                 return m  # already private; a second mark changes nothing
@@ -292,6 +300,13 @@ class StreamPrivatizer:
                 return Mark(s, p, source, np.zeros((0, 2)), right_std, late=True, honoured=False,
                             reason="the record was already published",
                             achieved=Leakage(math.inf, math.inf, math.inf))
+            # p was redacted surely, but its right neighbours up to the oldest pending record are
+            # decided too: no re-planning — redact the rest of the window fully and let the exact
+            # achieved leakage (rows as used on both sides) decide whether the mark is honoured.
+            width = min(max(self.plan.left_horizon, self._keep), p)
+            rest = max(self.plan.right_horizon, oldest_pending - p)
+            return Mark(s, p, source, np.zeros((0, 2)), np.ones((rest, 2)), late=True,
+                        left_reach=width, reason="the record and its right neighbours were already decided")
         # Left rows outward: decided ones as used (unknown → released: conservative), pending → 1;
         # nothing lies before physical index 0, the stream's first frame.
         width = min(max(self.plan.left_horizon, self._keep), p)
@@ -402,6 +417,9 @@ class StreamPrivatizer:
                 continue
             if m.achieved is None:
                 m.achieved = self._achieved(m)
+            if m.honoured and not m.achieved.total <= self.plan.epsilon * (1 + 1e-12):
+                m.honoured = False  # the exact check has the last word
+                m.reason = "the exact achieved leakage exceeds the budget"
             self.finished.append(m)
             self.mark_events.append(m)
         self._marks = still

@@ -16,6 +16,9 @@ from typing import Any
 
 #: Frames larger than this are refused before parsing.
 MAX_FRAME_BYTES = 16 * 1024
+#: A timestamp further ahead of the daemon's clock is refused (one bad clock must not block a
+#: stream: later frames would all be "out of order").
+MAX_CLOCK_AHEAD = 3600.0
 
 REASONS = (
     "oversize",
@@ -44,10 +47,12 @@ class RawRecord:
 
 @dataclass(frozen=True)
 class Rejection:
-    """Why a frame was refused. ``message`` names the field, never the reading."""
+    """Why a frame was refused. ``message`` names the field, never the reading. ``private`` says
+    the frame (as far as it could be read) asked to be private: fail closed and protect it."""
 
     reason: str
     message: str
+    private: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,22 @@ def _finite_float(x: Any) -> float | None:
 def parse_frame(
     data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES
 ) -> RawRecord | Rejection:
+    """Validate one raw frame (see :func:`_parse`); a rejected frame that mentions ``"private"``
+    anywhere — unless it is a readable object with ``"private": false`` — is flagged private."""
+    result = _parse(data, states, now=now, last_ts=last_ts, max_bytes=max_bytes)
+    if isinstance(result, Rejection) and b'"private"' in data:
+        try:
+            explicit_false = json.loads(data).get("private") is False
+        except Exception:  # noqa: BLE001 - unreadable: assume the worst
+            explicit_false = False
+        if not explicit_false:
+            return Rejection(result.reason, result.message, private=True)
+    return result
+
+
+def _parse(
+    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int
+) -> RawRecord | Rejection:
     """Validate one raw frame. ``last_ts`` is the timestamp of the stream's previous accepted
     record (timestamps must not go backwards); ``now`` stands in for a missing ``ts``."""
     if len(data) > max_bytes:
@@ -155,6 +176,8 @@ def parse_frame(
     ts = _finite_float(ts_raw)
     if ts is None:
         return Rejection("bad-ts", "field 'ts' must be a finite number of seconds")
+    if ts > now + MAX_CLOCK_AHEAD:
+        return Rejection("bad-ts", f"field 'ts' lies more than {MAX_CLOCK_AHEAD:g} s in the future")
     if last_ts is not None and ts < last_ts:
         return Rejection("ts-out-of-order", "field 'ts' is earlier than the previous record's")
     private = obj.get("private", False)

@@ -105,7 +105,7 @@ class StreamRuntime:
             n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
             if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
                 log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
-            return self._count(self.core.skip(now=now)), rec
+            return self._count(self.core.skip(now=now, private=rec.private)), rec
         self._last_ts = rec.ts
         scheduled = any(w.contains(rec.ts) for w in self.cfg.schedule)
         source = "flag" if rec.private else "schedule"
@@ -159,7 +159,8 @@ class StreamRuntime:
         ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``."""
         events = list(self.core.mark_events)
         self.core.mark_events.clear()
-        return {m.seq: {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in events}
+        return {m.seq if m.seq is not None else -(m.phys + 1):  # rejected frames: negative keys
+                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in events}
 
     # -- output -------------------------------------------------------------------------------
     def record(self, r: Release) -> dict[str, Any]:
