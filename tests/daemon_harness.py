@@ -57,8 +57,11 @@ class Spy:
         await t.subscribe(self.topic_filter)
         self.subscribed.set()
         async for m in t.messages():
-            self.messages.append(m)
+            self._received(m)
             self._changed.set()
+
+    def _received(self, m: Message) -> None:
+        self.messages.append(m)
 
     async def run(self) -> None:
         await reconnecting(self.transport, self._session, backoff=FAST)

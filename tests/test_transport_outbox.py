@@ -14,12 +14,10 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
+from daemon_harness import FAST, Spy, running
 from brokers import Broker, mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls  # noqa: F401
 
 from streamguard.config import BrokerConfig, OutboxConfig, PublishConfig
@@ -36,7 +34,6 @@ from streamguard.stream.transport import (
 )
 
 BASE = "sgtest"
-FAST = Backoff(base=0.02, cap=0.2)
 KEEP = 64
 
 
@@ -60,48 +57,19 @@ def records_of(m: Message) -> list[tuple[str, int, bytes]]:
     return [(body["stream"], body["seq"], m.payload)]
 
 
-class Collector:
-    """A subscriber that reconnects and collects every message on ``topic_filter``."""
+class Collector(Spy):
+    """A :class:`Spy` that also splits every message into its records as they arrive."""
 
     def __init__(self, cfg: BrokerConfig, topic_filter: str, *, persistent: bool = False) -> None:
-        self.transport = make_transport(cfg, "collector", persistent=persistent)
-        self.topic_filter = topic_filter
-        self.messages: list[Message] = []
+        super().__init__(cfg, topic_filter, name="collector", persistent=persistent)
         self.records: list[tuple[str, int, bytes]] = []  # in arrival order
         self.seen: set[tuple[str, int]] = set()
-        self.subscribed = asyncio.Event()
-        self._changed = asyncio.Event()
 
-    async def _session(self, t: MqttTransport) -> None:
-        await t.subscribe(self.topic_filter)
-        self.subscribed.set()
-        async for m in t.messages():
-            self.messages.append(m)
-            new = records_of(m)
-            self.records += new
-            self.seen.update((s, q) for s, q, _ in new)
-            self._changed.set()
-
-    async def run(self) -> None:
-        await reconnecting(self.transport, self._session, backoff=FAST)
-
-    async def wait_until(self, done: Callable[[], bool], timeout: float) -> None:
-        async with asyncio.timeout(timeout):
-            while not done():
-                self._changed.clear()
-                await self._changed.wait()
-
-
-@asynccontextmanager
-async def running(*coros: Coroutine[Any, Any, Any]) -> AsyncIterator[None]:
-    """Run coroutines as tasks for the duration of the block, then cancel them."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        yield
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def _received(self, m: Message) -> None:
+        super()._received(m)
+        new = records_of(m)
+        self.records += new
+        self.seen.update((s, q) for s, q, _ in new)
 
 
 # -- transport ---------------------------------------------------------------------------------
