@@ -231,9 +231,10 @@ class Daemon:
         """The stream's privacy status plus the device's delivery counters (shared outbox)."""
         status = rt.privacy_status()
         assert self._box is not None and self._publisher is not None
+        buffered, dropped = await self._box.run(lambda b: (len(b), b.dropped))  # one thread hop
         status["delivery"] = {
-            "buffered": await self._box.run(len),
-            "dropped": await self._box.run(lambda b: b.dropped),
+            "buffered": buffered,
+            "dropped": dropped,
             "published_records": self._publisher.stats.records,
             "published_messages": self._publisher.stats.messages,
             "reconnects": self._publisher.stats.reconnects,

@@ -294,6 +294,9 @@ class StreamPrivatizer:
 
     def _late_mark(self, s: int, p: int, source: str, oldest_pending: int) -> Mark:
         right_std = self.plan.right.red[: self.plan.right_horizon]
+        # Decided left rows are read this far (records beyond count as released); nothing lies
+        # before physical index 0, the stream's first frame.
+        width = min(max(self.plan.left_horizon, self._keep), p)
         if p < oldest_pending:
             row = self._rows.get(p)
             if row is None or min(row) < 1.0:
@@ -303,19 +306,16 @@ class StreamPrivatizer:
             # p was redacted surely, but its right neighbours up to the oldest pending record are
             # decided too: no re-planning — redact the rest of the window fully and let the exact
             # achieved leakage (rows as used on both sides) decide whether the mark is honoured.
-            width = min(max(self.plan.left_horizon, self._keep), p)
             rest = max(self.plan.right_horizon, oldest_pending - p)
             return Mark(s, p, source, np.zeros((0, 2)), np.ones((rest, 2)), late=True,
                         left_reach=width, reason="the record and its right neighbours were already decided")
-        # Left rows outward: decided ones as used (unknown → released: conservative), pending → 1;
-        # nothing lies before physical index 0, the stream's first frame.
-        width = min(max(self.plan.left_horizon, self._keep), p)
+        # Left rows outward: decided ones as used (unknown → released: conservative), pending → 1.
         left = np.ones((width, 2))
         for d in range(1, width + 1):
             t = p - d
             if t < oldest_pending:
                 left[d - 1] = self._rows.get(t, (0.0, 0.0))
-        l_leak = self._worst_over_gaps(lambda G: self._side(left, p, "left", G).leakage)
+        l_leak = max(self._side(left, p, "left", G).leakage for G in self._gaps(p - width - 1, p))
         pending_left = np.ones((max(0, min(width, p - oldest_pending)), 2))
         budget = self.plan.epsilon - l_leak
         if budget < MIN_SIDE_BUDGET:
@@ -327,9 +327,8 @@ class StreamPrivatizer:
                     left_leakage=l_leak, right_budget=budget, left_reach=width)
 
     # -- exact leakage of the rows actually used ----------------------------------------------
-    def _gap_kernel(self, G: int | None, direction: str) -> NDArray[np.float64]:
-        """Kernel of one step across a restart gap of G unseen readings (None: G = ∞)."""
-        base = self._P if direction == "right" else self._back
+    def _gap_kernel(self, G: int | None, base: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Kernel of one step (``base``) across a restart gap of G unseen readings (None: G = ∞)."""
         if G is None:
             return np.broadcast_to(self.plan.chain.initial, (2, 2)).copy()
         return np.linalg.matrix_power(base, G + 1)
@@ -350,29 +349,25 @@ class StreamPrivatizer:
             # the two physical indices lie on different sides of b
             k = (b - p - 1) if direction == "right" else (p - b)
             if 0 <= k < cut.shape[0]:
-                kern[k] = self._gap_kernel(G, direction)
+                kern[k] = self._gap_kernel(G, base)
         return side_range(kern, tables, np.arange(cut.shape[0]), revealing=revealing(tables))
 
-    def _crosses(self, lo: int, hi: int) -> bool:
-        return self.boundary is not None and lo < self.boundary <= hi
-
-    def _worst_over_gaps(self, leak_of_gap) -> float:  # type: ignore[no-untyped-def]
-        """max over G ∈ {0, …, max_gap} ∪ {∞} of ``leak_of_gap(G)`` (just G = 0 without a restart)."""
-        if self.boundary is None:
-            return float(leak_of_gap(0))
-        gaps: list[int | None] = [*range(self._max_gap + 1), None]
-        return max(float(leak_of_gap(G)) for G in gaps)
+    def _gaps(self, lo: int, hi: int) -> list[int | None]:
+        """Restart gap lengths to evaluate for a window over physical indices [lo, hi] (including
+        the released stand-in beyond each end, see :meth:`_side`): G = 0 unless the window spans
+        the restart, then G ∈ {0, …, max_gap} ∪ {∞} (None)."""
+        if self.boundary is None or not lo < self.boundary <= hi:
+            return [0]
+        return [*range(self._max_gap + 1), None]
 
     def _achieved(self, m: Mark) -> Leakage:
+        """Exact leakage of the rows used in the mark's window, worst case over restart gaps."""
         H = min(max(m.left.shape[0], m.left_reach), m.phys)  # nothing before the first frame
         left = np.array([self._rows.get(m.phys - d, (0.0, 0.0)) for d in range(1, H + 1)]).reshape(-1, 2)
         right = np.array([self._rows.get(m.phys + d, (0.0, 0.0))
                           for d in range(1, m.right.shape[0] + 1)]).reshape(-1, 2)
-        if not self._crosses(m.phys - H, m.right_end):
-            lr, rr = self._side(left, m.phys, "left", 0), self._side(right, m.phys, "right", 0)
-            return Leakage(max(lr.hi + rr.hi, -(lr.lo + rr.lo)), lr.leakage, rr.leakage)
         worst = Leakage(0.0, 0.0, 0.0)
-        for G in [*range(self._max_gap + 1), None]:
+        for G in self._gaps(m.phys - H - 1, m.right_end + 1):  # the released stand-ins included
             lr, rr = self._side(left, m.phys, "left", G), self._side(right, m.phys, "right", G)
             total = max(lr.hi + rr.hi, -(lr.lo + rr.lo))
             worst = Leakage(max(worst.total, total), max(worst.left, lr.leakage), max(worst.right, rr.leakage))
