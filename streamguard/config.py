@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from .chain import MarkovChain, ModelError
-from .stream.records import StateMap
+from .stream.records import SensitiveField, StateMap
 
 
 def _is_loopback(host: str) -> bool:
@@ -111,6 +111,74 @@ class ScheduleWindow(_Strict):
         return t >= self.start or t < self.end
 
 
+CHANNEL_KINDS = ("rr", "rr-prior", "watchdog", "watchdog-subset", "aorr", "srr", "linear", "linear-optimal",
+                 "linear-nonmarkov")
+
+
+class ChannelConfig(_Strict):
+    """A per-record perturbation channel (``mechanism = "channel"``): either a saved channel file
+    (``streamguard mechanism design --out``; verified exactly when loaded) or a design spec that
+    is designed and verified at start-up. ``joint`` is a JSON file ``{"joint": [[P(s, x) …] per
+    s]}``; ``prior`` a list P(x) for the kinds that need only a prior (rr, rr-prior). Kinds that
+    read S as well (linear-nonmarkov) take it from the raw frame's ``sensitive_field``, mapped by
+    ``sensitive_labels`` (in the joint's row order)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    file: Path | None = None
+    kind: Literal[CHANNEL_KINDS] | None = None  # type: ignore[valid-type]
+    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
+    lam: float | None = Field(None, alias="lambda", gt=0, lt=1)
+    measure: str | None = None
+    joint: Path | None = None
+    prior: list[float] | None = None
+    sensitive_field: str | None = Field(None, pattern=r"^[A-Za-z0-9_\-]+$")
+    sensitive_labels: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ChannelConfig:
+        if (self.file is None) == (self.kind is None):
+            raise ValueError("give either file (a saved channel) or kind (a design spec)")
+        if self.kind is not None:
+            if self.epsilon is None:
+                raise ValueError("a channel design needs epsilon")
+            if (self.joint is None) == (self.prior is None):
+                raise ValueError("a channel design needs exactly one of joint (a file) or prior")
+        if (self.sensitive_field is None) != (self.sensitive_labels is None):
+            raise ValueError("sensitive_field and sensitive_labels go together")
+        return self
+
+    def sensitive(self) -> SensitiveField | None:
+        if self.sensitive_field is None or self.sensitive_labels is None:
+            return None
+        return SensitiveField(self.sensitive_field, StateMap(labels=tuple(self.sensitive_labels)))
+
+
+class AggregateConfig(_Strict):
+    """A noisy aggregate released per tumbling window of ``window`` positions by the Markov Quilt
+    Mechanism (paper 002, notes/002 §3.6, §8 "streaming release variants" 1): ``histogram``
+    (counts of every state), ``count`` (of the state ``state``) or ``mean`` (of per-state values
+    ``values``, released on the grid ``step``). Noise scale L·σ_∞(ε) under the stream's model in
+    the max-influence mode ``influence``; each window costs ε under the quilt accountant, and all
+    windows of one query together cost ε as well (notes/002 §4.7, duality)."""
+
+    query: Literal["histogram", "count", "mean"]
+    window: int = Field(ge=1, le=1_000_000)
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    influence: Literal["stat", "supq", "approx", "approx-rev"] = "stat"
+    state: str | None = None
+    values: list[float] | None = None
+    step: float | None = Field(None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _query_fields(self) -> AggregateConfig:
+        if (self.query == "count") != (self.state is not None):
+            raise ValueError("state (the label counted) goes with query = \"count\" only")
+        if (self.query == "mean") != (self.values is not None and self.step is not None):
+            raise ValueError("values (one per state) and step (the release grid) go with query = \"mean\" only")
+        return self
+
+
 class StreamConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
     labels: list[str] | None = None
@@ -118,8 +186,14 @@ class StreamConfig(_Strict):
     model: ModelConfig
     source: Literal["mqtt", "stdin", "sim"] = "mqtt"
     raw_topic: str | None = None
-    mechanism: Literal["redaction"] = "redaction"
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    mechanism: Literal["redaction", "channel"] = "redaction"
+    #: The redaction budget per private position (``mechanism = "redaction"``).
+    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
+    channel: ChannelConfig | None = None
+    aggregates: list[AggregateConfig] = []
+    #: Budget of the aggregate releases under the quilt accountant; default: the sum of the
+    #: aggregates' ε (what tumbling windows cost, forever). The ledger refuses releases beyond it.
+    aggregate_budget: float | None = Field(None, gt=0, allow_inf_nan=False)
     design: Literal["paper", "optimal", "exact"] = "optimal"
     split: float | Literal["even", "optimize"] = "even"
     delay: int | None = Field(None, ge=0)
@@ -139,11 +213,32 @@ class StreamConfig(_Strict):
             raise ValueError(f"model: {exc}") from None
         if chain.k != smap.k:
             raise ValueError(f"the model has {chain.k} states but {smap.k} labels/bins are configured")
-        if self.mechanism == "redaction" and chain.k != 2:
-            raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
-        if isinstance(self.split, float) and not 0 <= self.split <= self.epsilon:
-            raise ValueError("split: the left budget must lie in [0, epsilon]")
+        if self.mechanism == "redaction":
+            if chain.k != 2:
+                raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
+            if self.epsilon is None:
+                raise ValueError("epsilon: a redaction stream needs its budget per private position")
+            if self.channel is not None:
+                raise ValueError('channel: only for mechanism = "channel"')
+            if isinstance(self.split, float) and not 0 <= self.split <= self.epsilon:
+                raise ValueError("split: the left budget must lie in [0, epsilon]")
+        elif self.channel is None:
+            raise ValueError('channel: mechanism = "channel" needs a [streams.channel] table')
+        for a in self.aggregates:
+            if a.query == "count" and a.state not in (self.labels or []):
+                raise ValueError("aggregates: state must be one of the stream's labels")
+            if a.query == "mean" and a.values is not None and len(a.values) != smap.k:
+                raise ValueError(f"aggregates: values needs one number per state ({smap.k})")
+        budget = self.aggregate_budget
+        if budget is not None and self.aggregates and budget < max(a.epsilon for a in self.aggregates):
+            raise ValueError("aggregate_budget is below the ε of one aggregate window: every release would be refused")
         return self
+
+    def total_aggregate_budget(self) -> float | None:
+        """The accountant budget of this stream's aggregates (see ``aggregate_budget``)."""
+        if not self.aggregates:
+            return None
+        return self.aggregate_budget if self.aggregate_budget is not None else sum(a.epsilon for a in self.aggregates)
 
     def chain(self) -> MarkovChain:
         """The stream's Markov model."""
@@ -154,6 +249,12 @@ class StreamConfig(_Strict):
             labels=None if self.labels is None else tuple(self.labels),
             bins=None if self.bins is None else tuple(self.bins),
         )
+
+
+class LedgerConfig(_Strict):
+    """The privacy ledger (SQLite): every release is recorded here before it is published."""
+
+    path: Path = Path("streamguard-ledger.sqlite")
 
 
 class OutboxConfig(_Strict):
@@ -183,6 +284,7 @@ class Settings(BaseSettings):
     stdout: bool = False
     broker: BrokerConfig = BrokerConfig()
     outbox: OutboxConfig = OutboxConfig()
+    ledger: LedgerConfig = LedgerConfig()
     publish: PublishConfig = PublishConfig()
     streams: list[StreamConfig] = Field(min_length=1)
 

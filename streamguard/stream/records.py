@@ -1,7 +1,9 @@
 """Raw frames in, validated records out: parsing that never echoes a reading (DESIGN.md §6).
 
 A raw frame is one JSON object (UTF-8): ``{"value": <label or number>, "ts": <seconds since the
-epoch, optional>, "private": true (optional)}``. A frame that fails any check becomes a
+epoch, optional>, "private": true (optional)}``. A stream whose per-record channel reads the
+sensitive attribute S as well (paper 004's non-Markov reduction) names a second field, e.g.
+``{"value": 21.5, "occupancy": "home"}``, mapped to S's states like ``value``. A frame that fails any check becomes a
 :class:`Rejection` with a short machine-readable reason and a message naming the field — never
 the value, because the value is the private reading.
 """
@@ -33,16 +35,19 @@ REASONS = (
     "bad-ts",
     "ts-out-of-order",
     "bad-private",
+    "missing-sensitive",
 )
 
 
 @dataclass(frozen=True)
 class RawRecord:
-    """A validated reading: its state index (never logged), timestamp and private flag."""
+    """A validated reading: its state index (never logged), timestamp and private flag, and the
+    state of the sensitive attribute S when the stream reads one."""
 
     state: int
     ts: float
     private: bool
+    sensitive: int | None = None
 
 
 @dataclass(frozen=True)
@@ -130,12 +135,21 @@ def _finite_float(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+@dataclass(frozen=True)
+class SensitiveField:
+    """Where a frame carries the sensitive attribute S: the field's name and S's state map."""
+
+    field: str
+    states: StateMap
+
+
 def parse_frame(
-    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES
+    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES,
+    sensitive: SensitiveField | None = None,
 ) -> RawRecord | Rejection:
     """Validate one raw frame (see :func:`_parse`); a rejected frame that mentions ``"private"``
     anywhere — unless it is a readable object with ``"private": false`` — is flagged private."""
-    result = _parse(data, states, now=now, last_ts=last_ts, max_bytes=max_bytes)
+    result = _parse(data, states, now=now, last_ts=last_ts, max_bytes=max_bytes, sensitive=sensitive)
     if isinstance(result, Rejection) and b'"private"' in data:
         try:
             explicit_false = json.loads(data).get("private") is False
@@ -147,7 +161,8 @@ def parse_frame(
 
 
 def _parse(
-    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int
+    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int,
+    sensitive: SensitiveField | None,
 ) -> RawRecord | Rejection:
     """Validate one raw frame. ``last_ts`` is the timestamp of the stream's previous accepted
     record (timestamps must not go backwards); ``now`` stands in for a missing ``ts``."""
@@ -183,4 +198,11 @@ def _parse(
     private = obj.get("private", False)
     if not isinstance(private, bool):
         return Rejection("bad-private", "field 'private' must be true or false")
-    return RawRecord(state, ts, private)
+    if sensitive is None:
+        return RawRecord(state, ts, private)
+    if sensitive.field not in obj:
+        return Rejection("missing-sensitive", f"field {sensitive.field!r} (the sensitive attribute) is missing")
+    s_state = sensitive.states.state_of(obj[sensitive.field])
+    if isinstance(s_state, Rejection):
+        return Rejection(s_state.reason, s_state.message.replace("field 'value'", f"field {sensitive.field!r}"))
+    return RawRecord(state, ts, private, s_state)
