@@ -281,7 +281,7 @@ def cmd_privatize(args: argparse.Namespace) -> int:
 
     from .config import load_settings
     from .sampling import bit_source
-    from .stream.runtime import StreamRuntime
+    from .stream.runtime import make_runtime
 
     settings = load_settings(Path(args.config))
     names = [s.name for s in settings.streams]
@@ -289,7 +289,7 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     if name not in names:
         raise CliError(f"--stream {name}: not in the configuration (streams: {', '.join(names)})")
     idx = names.index(name)
-    rt = StreamRuntime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx))
+    rt = make_runtime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx))
     out = sys.stdout
     for line in sys.stdin.buffer:
         data = line.rstrip(b"\r\n")

@@ -15,7 +15,7 @@ from streamguard.calibration import MIN_VISITS, estimate_chain
 from streamguard.config import ConfigError, ScheduleWindow, load_settings
 from streamguard.sampling import SeededSource
 from streamguard.stream.records import MAX_FRAME_BYTES, RawRecord, Rejection, StateMap, parse_frame
-from streamguard.stream.runtime import StreamRuntime
+from streamguard.stream.runtime import RedactionRuntime
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
 LABELS = StateMap(labels=("vacant", "occupied"))
@@ -137,7 +137,7 @@ def test_numeric_bins():
 def test_runtime_commands_payloads_and_status(tmp_path):
     s = load_settings(_with(tmp_path, 'log_level = "INFO"', 'log_level = "INFO"\ndeterministic_seed = 3'))
     cfg = s.streams[0].model_copy(update={"schedule": []})
-    rt = StreamRuntime(s, cfg, SeededSource(3))
+    rt = RedactionRuntime(s, cfg, SeededSource(3))
     for i in range(12):
         rt.on_frame(json.dumps({"value": "occupied", "ts": 1.79e9 + i}).encode(), now=1.79e9 + i)
     assert rt.on_command(b'{"private": "now"}') is None

@@ -32,9 +32,9 @@ from typing import Any
 from ..config import Settings
 from ..sampling import bit_source
 from .outbox import AsyncOutbox, Full, Item, Outbox
-from .privatizer import Mark, Release
+from .privatizer import Mark
 from .publisher import Publisher
-from .runtime import StreamRuntime
+from .runtime import StreamRuntime, make_runtime
 from .transport import MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class Daemon:
             restarted = bool(decided)
             open_marks = [Mark.from_state(m["state"]) for m in marks.values()
                           if m.get("open") and m["state"]["phys"] < first_phys]
-            self.runtimes[cfg.name] = StreamRuntime(
+            self.runtimes[cfg.name] = make_runtime(
                 s, cfg, bit_source(s.deterministic_seed, i), first_seq=first_seq, first_phys=first_phys,
                 decided=decided, open_marks=open_marks, restarted=restarted)
             if s.deterministic_seed is not None:
@@ -135,16 +135,15 @@ class Daemon:
         rt.on_command(data)
         await self._store(rt, [])
 
-    async def _store(self, rt: StreamRuntime, releases: list[Release]) -> None:
+    async def _store(self, rt: StreamRuntime, releases: list[Any]) -> None:
         """Queue the decisions, the rows used and the mark states for the writer (in decision
         order); waits only when the queue is full (the outbox is slow or, under stop-input, full)."""
         entry = _StoreEntry(
             rt.name,
             [Item(rt.name, r.seq, rt.data_topic(), rt.payload(r)) for r in releases],
-            list(rt.core.last_decisions),
+            rt.take_decisions(),
             rt.mark_records(),
         )
-        rt.core.last_decisions.clear()
         if not entry.items and not entry.decisions and not entry.marks:
             return
         while len(self._queue) >= STORE_QUEUE_LIMIT:

@@ -11,6 +11,7 @@ Sanitized record payload (JSON, one per record; ``value`` is null exactly when r
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 from collections import Counter
@@ -21,7 +22,7 @@ from ..config import Settings, StreamConfig
 from ..redaction.plan import StreamPlan, plan_stream
 from ..sampling import BitSource
 from .privatizer import Mark, Release, StreamPrivatizer
-from .records import Rejection, parse_frame
+from .records import RawRecord, Rejection, SensitiveField, parse_frame
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
 
@@ -52,30 +53,17 @@ class StreamCounters:
         }
 
 
-class StreamRuntime:
-    """A stream's plan, privatizer and counters (see module docstring)."""
+class StreamRuntime(abc.ABC):
+    """What every stream has, whatever its mechanism: topics, counters, the frame validator, and
+    its aggregate windows (see module docstring). Subclasses privatize the records."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        cfg: StreamConfig,
-        source: BitSource,
-        *,
-        first_seq: int = 0,
-        first_phys: int = 0,
-        decided: dict[int, tuple[float, float]] | None = None,
-        open_marks: list[Mark] | None = None,
-        restarted: bool = False,
-    ) -> None:
+    mechanism: str = ""
+
+    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource) -> None:
         self.settings = settings
         self.cfg = cfg
         self.states = cfg.state_map()
-        self.plan: StreamPlan = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
         self.deterministic = bool(source.deterministic)
-        self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
-                                     first_seq=first_seq, first_phys=first_phys, decided=dict(decided or {}),
-                                     open_marks=list(open_marks or []), restarted=restarted)
-        self.plan_leakage = self.plan.leakage()
         self.counters = StreamCounters()
         self._last_ts: float | None = None
 
@@ -95,21 +83,96 @@ class StreamRuntime:
     def command_topic(self) -> str:
         return self.settings.topic(self.name, "cmd")
 
+    def _parse(self, data: bytes, now: float) -> RawRecord | Rejection:
+        rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts, sensitive=self._sensitive())
+        if isinstance(rec, Rejection):
+            n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
+            if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
+                log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
+            return rec
+        self._last_ts = rec.ts
+        self.counters.accepted += 1
+        return rec
+
+    def _sensitive(self) -> SensitiveField | None:
+        return None
+
+    def _bad_command(self, reason: str, message: str) -> Rejection:
+        self.counters.commands_rejected[reason] += 1
+        return Rejection(reason, message)
+
+    def _mode(self) -> str:
+        return "deterministic" if self.deterministic else "csprng"
+
+    # -- what the daemon drives (each mechanism implements these) -------------------------------
+    @abc.abstractmethod
+    def on_frame(self, data: bytes, now: float) -> tuple[list[Any], Rejection | None]:
+        """Validate and privatize one raw frame; returns the records decided and the rejection."""
+
+    @abc.abstractmethod
+    def on_command(self, data: bytes) -> Rejection | None:
+        """Apply a command from the stream's command topic; a bad one is counted and returned."""
+
+    @abc.abstractmethod
+    def tick(self, now: float) -> list[Any]:
+        """Records decided because time passed."""
+
+    @abc.abstractmethod
+    def drain(self) -> list[Any]:
+        """Decide everything pending (shutdown)."""
+
+    @abc.abstractmethod
+    def take_decisions(self) -> list[tuple[int, float, float]]:
+        """Rows to persist with the records (restart state), taken once."""
+
+    @abc.abstractmethod
+    def mark_records(self) -> dict[int, dict[str, Any]]:
+        """Mark states to persist with the records, taken once."""
+
+    @abc.abstractmethod
+    def payload(self, r: Any) -> bytes:
+        """The sanitized record's bytes."""
+
+    @abc.abstractmethod
+    def privacy_status(self) -> dict[str, Any]:
+        """The retained privacy status."""
+
+
+class RedactionRuntime(StreamRuntime):
+    """A 3R redaction stream: the plan by signed distance and the privatizer core."""
+
+    mechanism = "redaction"
+
+    def __init__(
+        self,
+        settings: Settings,
+        cfg: StreamConfig,
+        source: BitSource,
+        *,
+        first_seq: int = 0,
+        first_phys: int = 0,
+        decided: dict[int, tuple[float, float]] | None = None,
+        open_marks: list[Mark] | None = None,
+        restarted: bool = False,
+    ) -> None:
+        super().__init__(settings, cfg, source)
+        assert cfg.epsilon is not None  # config validation: redaction streams have a budget
+        self.plan: StreamPlan = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+        self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
+                                     first_seq=first_seq, first_phys=first_phys, decided=dict(decided or {}),
+                                     open_marks=list(open_marks or []), restarted=restarted)
+        self.plan_leakage = self.plan.leakage()
+
     # -- input --------------------------------------------------------------------------------
     def on_frame(self, data: bytes, now: float) -> tuple[list[Release], Rejection | None]:
         """Validate and privatize one raw frame. Returns the records decided as a result and the
         rejection, if any. A rejected frame gets no seq and is never published, but it still
         occupies a step of the chain, as a record redacted with probability 1 (privatizer.py)."""
-        rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts)
+        rec = self._parse(data, now)
         if isinstance(rec, Rejection):
-            n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
-            if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
-                log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
             return self._count(self.core.skip(now=now, private=rec.private)), rec
-        self._last_ts = rec.ts
         scheduled = any(w.contains(rec.ts) for w in self.cfg.schedule)
         source = "flag" if rec.private else "schedule"
-        self.counters.accepted += 1
         _, releases = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
                                        source=source)
         return self._count(releases), None
@@ -135,10 +198,6 @@ class StreamRuntime:
             return self._bad_command("unknown-seq", "field 'private' names a record not yet received")
         return None
 
-    def _bad_command(self, reason: str, message: str) -> Rejection:
-        self.counters.commands_rejected[reason] += 1
-        return Rejection(reason, message)
-
     def tick(self, now: float) -> list[Release]:
         """Decide records held longer than max_hold."""
         return self._count(self.core.expire(now))
@@ -153,6 +212,12 @@ class StreamRuntime:
             else:
                 self.counters.released += 1
         return releases
+
+    def take_decisions(self) -> list[tuple[int, float, float]]:
+        """The redaction rows used since the last call, (physical index, r0, r1), for the outbox."""
+        rows = list(self.core.last_decisions)
+        self.core.last_decisions.clear()
+        return rows
 
     def mark_records(self) -> dict[int, dict[str, Any]]:
         """Marks created or finished since the last call, by seq, as stored in the outbox:
@@ -172,7 +237,7 @@ class StreamRuntime:
             "ts": r.ts,
             "value": None if r.state is None else self.states.label_of(r.state),
             "redacted": r.state is None,
-            "mode": "deterministic" if self.deterministic else "csprng",
+            "mode": self._mode(),
         }
 
     def payload(self, r: Release) -> bytes:
@@ -202,3 +267,24 @@ class StreamRuntime:
             "restarted": core["restarted"],
             "counters": self.counters.as_dict(),
         }
+
+
+def make_runtime(
+    settings: Settings,
+    cfg: StreamConfig,
+    source: BitSource,
+    *,
+    first_seq: int = 0,
+    first_phys: int = 0,
+    decided: dict[int, tuple[float, float]] | None = None,
+    open_marks: list[Mark] | None = None,
+    restarted: bool = False,
+) -> StreamRuntime:
+    """The runtime of a stream's mechanism, continuing positions (and, for redaction, the rows
+    used and the open marks) after a restart."""
+    if cfg.mechanism == "channel":
+        from .channel_runtime import ChannelRuntime
+
+        return ChannelRuntime(settings, cfg, source, first_seq=first_seq)
+    return RedactionRuntime(settings, cfg, source, first_seq=first_seq, first_phys=first_phys, decided=decided,
+                            open_marks=open_marks, restarted=restarted)
