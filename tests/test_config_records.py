@@ -168,3 +168,57 @@ def test_runtime_commands_payloads_and_status(tmp_path):
 def test_rejected_frames_that_ask_for_privacy_say_so(frame, private):
     r = parse_frame(frame, LABELS, now=100.0, last_ts=10.0)
     assert isinstance(r, Rejection) and r.private is private
+
+
+def _toml(tmp_path: Path, stream: str) -> Path:
+    p = tmp_path / "s.toml"
+    p.write_text('device = "d"\n[outbox]\npath = "o.sqlite"\n[[streams]]\nname = "s"\nsource = "stdin"\n' + stream)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [
+        ('labels = ["a", "b"]\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n', "epsilon: a redaction stream needs"),
+        ('labels = ["a", "b"]\nmechanism = "channel"\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n',
+         'channel: mechanism = "channel" needs'),
+        ('labels = ["a", "b"]\nmechanism = "channel"\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n'
+         '[streams.channel]\nkind = "rr"\nepsilon = 1.0\n', "a channel design needs exactly one of joint"),
+        ('labels = ["a", "b"]\nmechanism = "channel"\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n'
+         '[streams.channel]\nkind = "rr"\nfile = "c.json"\n', "give either file"),
+        ('labels = ["a", "b"]\nepsilon = 1.0\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n'
+         '[[streams.aggregates]]\nquery = "count"\nwindow = 10\nepsilon = 1.0\n', "state (the label counted)"),
+        ('labels = ["a", "b"]\nepsilon = 1.0\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n'
+         '[[streams.aggregates]]\nquery = "count"\nstate = "c"\nwindow = 10\nepsilon = 1.0\n',
+         "state must be one of the stream's labels"),
+        ('labels = ["a", "b"]\nepsilon = 1.0\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n'
+         '[[streams.aggregates]]\nquery = "mean"\nvalues = [1.0]\nstep = 0.5\nwindow = 10\nepsilon = 1.0\n',
+         "values needs one number per state"),
+        ('labels = ["a", "b"]\nepsilon = 1.0\naggregate_budget = 0.5\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n'
+         '[[streams.aggregates]]\nquery = "histogram"\nwindow = 10\nepsilon = 1.0\n', "aggregate_budget is below"),
+    ],
+)
+def test_channel_and_aggregate_config_errors(tmp_path, stream, message):
+    with pytest.raises(ConfigError) as info:
+        load_settings(_toml(tmp_path, stream))
+    assert message in str(info.value)
+
+
+def test_aggregate_budget_defaults_to_the_sum_of_the_windows_epsilon(tmp_path):
+    s = load_settings(_toml(tmp_path, 'labels = ["a", "b"]\nepsilon = 1.0\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n'
+                                      '[[streams.aggregates]]\nquery = "histogram"\nwindow = 10\nepsilon = 1.0\n'
+                                      '[[streams.aggregates]]\nquery = "count"\nstate = "b"\nwindow = 5\nepsilon = 0.5\n'))
+    assert s.streams[0].total_aggregate_budget() == 1.5
+
+
+def test_sensitive_field_is_parsed_like_value_and_never_echoed():
+    from streamguard.stream.records import SensitiveField
+
+    sf = SensitiveField("occupancy", StateMap(labels=("away", "home")))
+    ok = parse_frame(b'{"value": "vacant", "occupancy": "home"}', LABELS, now=0, last_ts=None, sensitive=sf)
+    assert ok == RawRecord(0, 0.0, False, 1)
+    missing = parse_frame(b'{"value": "vacant"}', LABELS, now=0, last_ts=None, sensitive=sf)
+    assert isinstance(missing, Rejection) and missing.reason == "missing-sensitive" and "occupancy" in missing.message
+    bad = parse_frame(b'{"value": "vacant", "occupancy": "sleeping"}', LABELS, now=0, last_ts=None, sensitive=sf)
+    assert isinstance(bad, Rejection) and bad.reason == "unknown-state"
+    assert "occupancy" in bad.message and "sleeping" not in bad.message
