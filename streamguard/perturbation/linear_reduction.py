@@ -1,0 +1,263 @@
+"""Linear reduction for LDP and log-lift (paper 004, Ding–Liu–Farokhi; notes/004).
+
+Release Y (alphabet 𝒳) instead of X, with the *target* conditional (eq. 3)
+
+    P_{Y|S}(x|s) = (1−α)·P_{X|S}(x|s) + α·P_X(x),        α ∈ [0, 1],
+
+which keeps P_Y = P_X and shrinks every deviation |P_{Y|S}(x|s) − P_Y(x)| by the factor 1−α.
+Both leakages about S (notes/004 §1) depend only on that deviation:
+
+    L^LDP(S→Y) = max_{x,s,s'} log P_{Y|S}(x|s)/P_{Y|S}(x|s')          (claim notion "ldp_s")
+    L^LL(S→Y)  = max_{x,s} |log P_{Y|S}(x|s)/P_Y(x)|                   (claim notion "log_lift")
+
+This module holds the target, the **exact** α(ε) (notes/004 §3.6 — the paper's Taylor rule
+α ≈ 1 − ε/L(S→X) from eq. (6) is *not* an upper bound and under-protects, so it is not offered),
+Lemma 1's Markov sanitization, and the three channel designers. The optimal kernels (Markov LP,
+non-Markov transport) live in :mod:`~streamguard.perturbation.linear_reduction_lp`.
+
+Every designer re-evaluates the leakage on the *realised* channel (P_{Y|S} = P_{X|S}·K, or
+Σ_x P(x|s)·K[(s,x)]) and never returns a channel whose claim fails: it designs for ε − margin
+and, if the realised kernel still misses ε by float error, tightens the margin and re-solves
+(notes/004 §7 "Numeric pitfalls"). The float check keeps a slack ``_slack(joint)`` that bounds
+the rounding error of those non-negative sums, so the claim also holds in exact arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .linear_reduction_lp import Cost, cost_label, markov_lp_kernel, transport_kernel
+from .model import Claim, DesignError, InputKind, Joint, PerturbationChannel
+
+Measure = Literal["ldp", "log_lift"]
+
+#: The claim notion each measure is stated in (model.Claim).
+NOTION: dict[str, str] = {"ldp": "ldp_s", "log_lift": "log_lift"}
+
+#: Design margins tried in turn, relative to max(1, ε): the channel is designed for ε − margin.
+_MARGINS = (1e-10, 1e-8, 1e-6, 1e-4)
+
+
+# ------------------------------------------------------------------------------------------
+# Target and exact leakages
+# ------------------------------------------------------------------------------------------
+
+
+def _check_alpha(alpha: float) -> float:
+    a = float(alpha)
+    if not 0.0 <= a <= 1.0:  # also rejects NaN
+        raise DesignError(f"linear reduction: alpha must lie in [0, 1], got {alpha!r} (notes/004 §3.2)")
+    return a
+
+
+def _check_epsilon(epsilon: float, what: str = "epsilon") -> float:
+    e = float(epsilon)
+    if not (math.isfinite(e) and e >= 0.0):
+        raise DesignError(f"linear reduction: {what} must be a finite number ≥ 0, got {epsilon!r}")
+    return e
+
+
+def target(joint: Joint, alpha: float) -> NDArray[np.float64]:
+    """T[s, x] = (1−α)·P_{X|S}(x|s) + α·P_X(x) (eq. 3): the |S|×|X| conditional P_{Y|S} every
+    linear-reduction kernel must realise. Rows sum to 1; T's S-average is P_X."""
+    a = _check_alpha(alpha)
+    return (1.0 - a) * joint.x_given_s + a * joint.p_x[None, :]
+
+
+def ldp_leakage(p_y_given_s: NDArray[np.float64]) -> float:
+    """L^LDP(S→Y) = max_x log(max_s P_{Y|S}(x|s) / min_s P_{Y|S}(x|s)) over outputs x some s can
+    produce (eq. 1); ∞ if some s never produces such an x."""
+    hi, lo = p_y_given_s.max(axis=0), p_y_given_s.min(axis=0)
+    live = hi > 0
+    if not np.any(live):
+        return 0.0
+    if np.any(lo[live] == 0):
+        return math.inf
+    return float(np.max(np.log(hi[live] / lo[live])))
+
+
+def log_lift_leakage(p_s: NDArray[np.float64], p_y_given_s: NDArray[np.float64]) -> float:
+    """L^LL(S→Y) = max_{x,s} |log P_{Y|S}(x|s)/P_Y(x)| over x with P_Y(x) > 0 (eq. 2); ∞ if some s
+    never produces such an x."""
+    p_y = p_s @ p_y_given_s
+    live = p_y > 0
+    if not np.any(live):
+        return 0.0
+    ratio = p_y_given_s[:, live] / p_y[live]
+    if np.any(ratio == 0):
+        return math.inf
+    return float(np.max(np.abs(np.log(ratio))))
+
+
+def leakage(joint: Joint, p_y_given_s: NDArray[np.float64], measure: Measure) -> float:
+    """The leakage of a conditional P_{Y|S} in ``measure`` ("ldp" or "log_lift")."""
+    if measure == "ldp":
+        return ldp_leakage(p_y_given_s)
+    if measure == "log_lift":
+        return log_lift_leakage(joint.p_s, p_y_given_s)
+    raise DesignError(f"linear reduction: measure must be 'ldp' or 'log_lift', got {measure!r}")
+
+
+# ------------------------------------------------------------------------------------------
+# Exact α(ε) (notes/004 §3.6)
+# ------------------------------------------------------------------------------------------
+
+
+def alpha_for_ldp(joint: Joint, epsilon: float) -> float:
+    """The smallest α with L^LDP(S→Y) ≤ ε for the target (3) (notes/004 §3.6, exact):
+
+        α = max(0, max_x t_x/(1+t_x)),   t_x = (M_x − e^ε·m_x) / (P_X(x)·(e^ε − 1)),
+
+    with M_x, m_x the max and min over s of P_{X|S}(x|s). It solves, per x,
+    ((1−α)M_x + αP_X(x)) / ((1−α)m_x + αP_X(x)) = e^ε. ε = 0 needs α = 1 unless X ⊥ S."""
+    eps = _check_epsilon(epsilon)
+    pxs, px = joint.x_given_s, joint.p_x
+    hi, lo = pxs.max(axis=0), pxs.min(axis=0)
+    if eps == 0.0:
+        return 1.0 if np.any(hi > lo) else 0.0
+    em1 = math.expm1(eps)
+    num = (hi - lo) - em1 * lo                  # t_x·P_X(x)·(e^ε − 1); t/(1+t) without overflow
+    need = num > 0
+    return float(np.max(num[need] / (num[need] + px[need] * em1))) if np.any(need) else 0.0
+
+
+def alpha_for_loglift(joint: Joint, epsilon: float) -> float:
+    """The smallest α with L^LL(S→Y) ≤ ε for the target (3) (notes/004 §3.6, exact):
+
+        α = max(0, 1 − min_{x,s} c(x,s)),  c = (e^ε − 1)/(r − 1) if r > 1, (1 − e^{−ε})/(1 − r) if r < 1,
+
+    with r(x,s) = P_{X|S}(x|s)/P_X(x): |log((1−α)r + α)| ≤ ε ⇔ 1−α ≤ c. (r − 1 is computed as
+    (P_{X|S} − P_X)/P_X to avoid cancellation.)"""
+    eps = _check_epsilon(epsilon)
+    dev = (joint.x_given_s - joint.p_x[None, :]) / joint.p_x[None, :]  # r − 1
+    up, down = dev[dev > 0], dev[dev < 0]
+    c = np.concatenate([math.expm1(eps) / up, -math.expm1(-eps) / -down])
+    return float(max(0.0, 1.0 - np.min(c))) if c.size else 0.0
+
+
+def alpha_for_both(joint: Joint, eps_ldp: float, eps_loglift: float) -> float:
+    """The smallest α meeting L^LDP ≤ ``eps_ldp`` and L^LL ≤ ``eps_loglift`` together: both leakages
+    are non-increasing in α (notes/004 §2), so it is the larger of the two."""
+    return max(alpha_for_ldp(joint, eps_ldp), alpha_for_loglift(joint, eps_loglift))
+
+
+def alpha_for(joint: Joint, epsilon: float, measure: Measure) -> float:
+    """:func:`alpha_for_ldp` or :func:`alpha_for_loglift` by ``measure``."""
+    if measure == "ldp":
+        return alpha_for_ldp(joint, epsilon)
+    if measure == "log_lift":
+        return alpha_for_loglift(joint, epsilon)
+    raise DesignError(f"linear reduction: measure must be 'ldp' or 'log_lift', got {measure!r}")
+
+
+# ------------------------------------------------------------------------------------------
+# Lemma 1 and the designers
+# ------------------------------------------------------------------------------------------
+
+
+def lemma1_kernel(joint: Joint, alpha: float) -> NDArray[np.float64]:
+    """Lemma 1 (eq. 7): K = (1−α)·I + α·1·P_Xᵀ — keep x with probability 1−α, otherwise redraw from
+    P_X. P_{X|S}·K equals the target (3) for *every* P_{X|S} (eq. 8); it needs only P_X online.
+    Rows are inputs x', columns outputs x."""
+    a = _check_alpha(alpha)
+    px = joint.p_x
+    return (1.0 - a) * np.eye(px.size) + a * np.tile(px, (px.size, 1))
+
+
+def _slack(joint: Joint) -> float:
+    """Bound on the float error of a realised log-ratio leakage: P_{Y|S} and P_Y are sums of
+    non-negative products (relative error ≤ (terms + 2)·u each), so a log of a ratio of two is off
+    by at most about twice that; 1e−12 on top covers the claim checker's own conversions. A joint
+    may sum to 1 only within model.SUM_TOL; whether a checker normalises P_S or not moves P_Y by
+    that factor, so its log is added twice."""
+    terms = joint.n_s * joint.n_x + 4
+    total = abs(math.log(float(joint.p.sum())))
+    return 1e-12 + 2.0 * total + 4.0 * terms * float(np.finfo(np.float64).eps)
+
+
+def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs: InputKind,
+            build: Callable[[float], NDArray[np.float64]], params: dict[str, Any],
+            extra_claims: Callable[[float, NDArray[np.float64]], tuple[Claim, ...]] | None = None,
+            ) -> PerturbationChannel:
+    """Design for ε − margin, rebuild with larger margins until the realised channel meets ε with
+    the float slack to spare; last resort α = 1 with every row P_X (Y ⊥ (S, X): leakage exactly 0,
+    the only channel exact at ε = 0 — or below float resolution — whatever the rounding)."""
+    eps = _check_epsilon(epsilon)
+    notion = NOTION.get(measure)
+    if notion is None:
+        raise DesignError(f"linear reduction: measure must be 'ldp' or 'log_lift', got {measure!r}")
+    slack = _slack(joint)
+    rows = joint.n_x if inputs == "x" else joint.n_s * joint.n_x
+
+    def channel(alpha: float, kernel: NDArray[np.float64]) -> PerturbationChannel:
+        claims = (Claim(notion, {"epsilon": eps}),) + (extra_claims(alpha, kernel) if extra_claims else ())
+        return PerturbationChannel(kind=kind, matrix=kernel, inputs=inputs, n_s=joint.n_s, n_x=joint.n_x,
+                                   outputs=tuple(range(joint.n_x)), claims=claims,
+                                   params={"epsilon": eps, "measure": measure, "alpha": alpha, **params})
+
+    for margin in _MARGINS:
+        eps_design = max(eps - margin * max(1.0, eps), 0.0)
+        alpha = alpha_for(joint, eps_design, measure)
+        try:
+            kernel = build(alpha)
+        except DesignError:
+            continue
+        kernel = np.clip(kernel, 0.0, None)
+        kernel /= kernel.sum(axis=1, keepdims=True)
+        candidate = channel(alpha, kernel)
+        if leakage(joint, candidate.effective(joint), measure) <= eps - slack:
+            return candidate
+        if eps_design == 0.0:
+            break
+    return channel(1.0, np.tile(joint.p_x, (rows, 1)))
+
+
+def linear_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp") -> PerturbationChannel:
+    """Kind ``"linear"``: Lemma 1's Markov sanitization with the exact α(ε) of ``measure``.
+
+    Claims the leakage about S (``"ldp_s"`` or ``"log_lift"`` ≤ ε) and, when α > 0, the model-free
+    input-LDP bonus ``"ldp_x"`` ≤ log(1 + (1−α)/(α·min_x P_X(x))) (notes/004 §7), rounded up."""
+
+    def bonus(alpha: float, kernel: NDArray[np.float64]) -> tuple[Claim, ...]:
+        if alpha == 0.0:
+            return ()  # the identity channel: no input-LDP guarantee
+        formula = math.log1p((1.0 - alpha) / (alpha * float(joint.p_x.min())))
+        realised = ldp_leakage(kernel)  # input LDP: max_x log(max_x' K[x',x] / min_x' K[x',x])
+        return (Claim("ldp_x", {"epsilon": float(max(formula, realised) + _slack(joint))}),)
+
+    return _design(joint, epsilon, measure, kind="linear", inputs="x",
+                   build=lambda a: lemma1_kernel(joint, a), params={}, extra_claims=bonus)
+
+
+def linear_optimal_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp",
+                                  cost: Cost = "tv") -> PerturbationChannel:
+    """Kind ``"linear-optimal"``: the cheapest Markov kernel K with P_{X|S}·K = target (notes/004
+    §3.5, an LP solved by HiGHS). Lemma 1 is feasible, so it is never worse than ``"linear"``
+    at the same α; with |S| < |X| it is usually strictly better. ``cost``: "tv" (D_TV, i.e. the
+    0-1 distortion), "abs" (|i−j|), "squared" ((i−j)²) or an |X|×|X| matrix d(x', x)."""
+    label = cost_label(cost, joint.n_x)
+    return _design(joint, epsilon, measure, kind="linear-optimal", inputs="x",
+                   build=lambda a: markov_lp_kernel(joint, target(joint, a), cost), params=label)
+
+
+def linear_nonmarkov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp",
+                             cost: Cost = "tv") -> PerturbationChannel:
+    """Kind ``"linear-nonmarkov"`` (inputs ``"sx"``): the optimal S-dependent kernel of problem (10),
+    per s an optimal transport from P_{X|S=s} to the target row (notes/004 §3.3–3.4): Prop. 1's
+    closed form for "tv", the monotone (quantile) coupling for "abs"/"squared", an LP otherwise.
+    Needs s at release time (notes/004 §7); it has zeros, so it carries no input-LDP claim."""
+    label = cost_label(cost, joint.n_x)
+    return _design(joint, epsilon, measure, kind="linear-nonmarkov", inputs="sx",
+                   build=lambda a: transport_kernel(joint, target(joint, a), cost), params=label)
+
+
+__all__ = [
+    "Measure", "NOTION", "alpha_for", "alpha_for_both", "alpha_for_ldp", "alpha_for_loglift", "leakage",
+    "ldp_leakage", "lemma1_kernel", "linear_markov_channel", "linear_nonmarkov_channel",
+    "linear_optimal_markov_channel", "log_lift_leakage", "target",
+]

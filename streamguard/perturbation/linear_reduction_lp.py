@@ -1,0 +1,172 @@
+"""Optimal kernels that map P_{X|S} onto a target conditional T (paper 004 §III; notes/004 §3.3–3.5).
+
+Given any target T (|S|×|X|, rows distributions — for linear reduction T is eq. (3)):
+
+* **Markov** (:func:`markov_lp_kernel`): the cheapest K (|X|×|X|, rows x' inputs) with
+  P_{X|S}·K = T, K·1 = 1, K ≥ 0 — an LP over |X|² variables coupled across s (notes/004 §3.5,
+  "optimal Markov LP"). Lemma 1 is one feasible point, so this is never worse.
+* **Non-Markov** (:func:`transport_kernel`): problem (10) separates in s, and with the flow
+  π_s(x', x) = P_{X|S}(x'|s)·P_{Y|S,X}(x|s,x') it is optimal transport from P_{X|S=s} to T[s]
+  (notes/004 §3.3). Solved by the maximal coupling for D_TV (Prop. 1, eq. 11a–e: keep
+  min(p, T[s]) on the diagonal, move the surplus (p − T[s])⁺ onto the deficits (T[s] − p)⁺ — filled
+  north-west-corner, which reproduces the paper's Example 1 numbers), by the monotone (quantile)
+  coupling for ordinal convex costs |i−j| and (i−j)², and by an LP for any other cost. The LP is
+  also correct for non-metric costs, where the paper's Prop. 2 reduction is not (notes/004 §2
+  errata, reference case D).
+
+Costs d(x', x) (input x', output x): ``"tv"`` — the 0-1 cost, whose expectation is
+D_TV = 1 − Σ_x P_X(x)·P_{Y|X}(x|x) (notes/004 §2 errata: the factor-1 convention) —, ``"abs"``,
+``"squared"`` on the index order, or an explicit non-negative matrix with a zero diagonal.
+Kernel rows whose input has P_{X|S}(x'|s) = 0 are unconstrained; they get the privacy-safe row
+T[s] (notes/004 §7: identity there would not be).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import sparse
+from scipy.optimize import linprog
+
+from .model import DesignError, Joint
+
+Cost = Literal["tv", "abs", "squared"] | ArrayLike
+Method = Literal["auto", "closed", "quantile", "lp"]
+
+#: HiGHS dual simplex with tight tolerances: vertex solutions, feasibility error ~1e−15 typically.
+_HIGHS: dict[str, Any] = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
+def cost_matrix(cost: Cost, n: int) -> NDArray[np.float64]:
+    """d[x', x] for a named cost or a validated explicit matrix (finite, ≥ 0, zero diagonal)."""
+    if isinstance(cost, str):
+        i = np.arange(n, dtype=np.float64)
+        gap = i[:, None] - i[None, :]
+        named = {"tv": lambda: 1.0 - np.eye(n), "abs": lambda: np.abs(gap), "squared": lambda: gap * gap}
+        if cost not in named:
+            raise DesignError(f"linear reduction: cost must be 'tv', 'abs', 'squared' or a matrix, got {cost!r}")
+        return named[cost]()
+    try:
+        d = np.array(cost, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DesignError("linear reduction: cost matrix is not numeric") from None
+    if d.shape != (n, n):
+        raise DesignError(f"linear reduction: cost matrix must be {n}×{n}, got shape {d.shape}")
+    if not np.all(np.isfinite(d)) or np.any(d < 0) or np.any(np.diag(d) != 0):
+        raise DesignError("linear reduction: cost matrix must be finite, non-negative, with a zero diagonal")
+    return d
+
+
+def cost_label(cost: Cost, n: int) -> dict[str, Any]:
+    """How a channel's ``params`` record its cost (validating it)."""
+    d = cost_matrix(cost, n)
+    return {"cost": cost} if isinstance(cost, str) else {"cost": "matrix", "cost_matrix": d.tolist()}
+
+
+def expected_cost(joint: Joint, kernel: NDArray[np.float64], cost: Cost = "tv") -> float:
+    """E[d(X, Y)] of a Markov kernel (|X|×|X|: Σ P_X(x')·K[x',x]·d(x',x)) or of an (s, x)-input
+    kernel (|S|·|X|×|X|: Σ P_SX(s,x')·K[(s,x'),x]·d(x',x), notes/004 eq. 9). With "tv": D_TV."""
+    n = joint.n_x
+    d = cost_matrix(cost, n)
+    k = np.asarray(kernel, dtype=np.float64)
+    if k.shape == (n, n):
+        return float(np.sum(joint.p_x[:, None] * k * d))
+    if k.shape == (joint.n_s * n, n):
+        return float(np.einsum("sx,sxy,xy->", joint.p, k.reshape(joint.n_s, n, n), d))
+    raise DesignError(f"linear reduction: kernel shape {k.shape} fits neither {n}×{n} nor {joint.n_s * n}×{n}")
+
+
+def _check_target(joint: Joint, t: ArrayLike) -> NDArray[np.float64]:
+    tt = np.asarray(t, dtype=np.float64)
+    if tt.shape != (joint.n_s, joint.n_x) or not np.all(np.isfinite(tt)) or np.any(tt < 0) \
+            or np.any(np.abs(tt.sum(axis=1) - 1.0) > 1e-9):
+        raise DesignError(f"linear reduction: target must be a {joint.n_s}×{joint.n_x} row-stochastic matrix")
+    return tt
+
+
+def _solve(c: NDArray[np.float64], a_eq: sparse.spmatrix, b_eq: NDArray[np.float64], what: str) -> NDArray[np.float64]:
+    res = linprog(c, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs-ds", options=_HIGHS)
+    if res.status != 0:
+        raise DesignError(f"linear reduction: {what} LP failed ({res.message})")
+    return np.clip(res.x, 0.0, None)
+
+
+def markov_lp_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv") -> NDArray[np.float64]:
+    """The cheapest Markov kernel: min Σ P_X(x')·K[x',x]·d(x',x) s.t. P_{X|S}·K = T, K·1 = 1, K ≥ 0
+    (notes/004 §3.5). Variables K row-major (index x'·n + x). Raises DesignError if infeasible
+    (never for a linear-reduction target with α ∈ [0, 1], which Lemma 1 meets)."""
+    n = joint.n_x
+    tt = _check_target(joint, t)
+    d = cost_matrix(cost, n)
+    eye = sparse.identity(n, format="csr")
+    a_eq = sparse.vstack([sparse.kron(sparse.csr_matrix(joint.x_given_s), eye),   # (P_{X|S}·K)[s, x]
+                          sparse.kron(eye, np.ones((1, n)))], format="csr")          # Σ_x K[x', x]
+    b_eq = np.concatenate([tt.ravel(), np.ones(n)])
+    k = _solve((joint.p_x[:, None] * d).ravel(), a_eq, b_eq, "optimal Markov").reshape(n, n)
+    return k / k.sum(axis=1, keepdims=True)
+
+
+def northwest_corner(supply: NDArray[np.float64], demand: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The north-west-corner flow F ≥ 0 with row sums ``supply`` and column sums ``demand`` (equal
+    totals; float residue from unequal sums goes to the last column). In index order this is the
+    monotone (quantile) coupling; at most len(supply) + len(demand) − 1 non-zeros."""
+    a, b = supply.astype(np.float64).copy(), demand.astype(np.float64).copy()
+    flow = np.zeros((a.size, b.size))
+    i = j = 0
+    while i < a.size and j < b.size:
+        f = min(a[i], b[j])
+        flow[i, j] += f
+        a[i] -= f
+        b[j] -= f
+        if a[i] == 0.0:
+            i += 1
+        else:
+            j += 1
+    flow[i:, -1] += a[i:]
+    return flow
+
+
+def _maximal_coupling(p: NDArray[np.float64], q: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Prop. 1 (eq. 11a–e) in flow form: diagonal min(p, q), surplus (p − q)⁺ moved north-west-corner
+    onto the deficits (q − p)⁺. Minimises P(Y ≠ X), i.e. it is the D_TV-optimal transport."""
+    return np.diag(np.minimum(p, q)) + northwest_corner(np.maximum(p - q, 0.0), np.maximum(q - p, 0.0))
+
+
+def _lp_coupling(p: NDArray[np.float64], q: NDArray[np.float64], d: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Optimal transport p → q under cost d by LP over the flow π (row sums p, column sums q)."""
+    n = p.size
+    eye, ones = sparse.identity(n, format="csr"), np.ones((1, n))
+    a_eq = sparse.vstack([sparse.kron(eye, ones), sparse.kron(ones, eye)], format="csr")
+    return _solve(d.ravel(), a_eq, np.concatenate([p, q]), "transport").reshape(n, n)
+
+
+def transport_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv", *, method: Method = "auto") -> NDArray[np.float64]:
+    """The optimal non-Markov kernel P_{Y|S,X} (rows s·|X| + x', columns x) realising the target T:
+    per s, optimal transport from P_{X|S=s} to T[s] (notes/004 §3.3), kernel = flow / P_{X|S}(x'|s).
+
+    ``method``: "closed" (maximal coupling, optimal for "tv"), "quantile" (north-west corner on the
+    full distributions, optimal for "abs" and "squared"), "lp" (any cost), or "auto" (the closed form
+    that is optimal for the cost, else LP)."""
+    n = joint.n_x
+    tt = _check_target(joint, t)
+    d = cost_matrix(cost, n)
+    if method == "auto":
+        method = {"tv": "closed", "abs": "quantile", "squared": "quantile"}.get(cost, "lp") \
+            if isinstance(cost, str) else "lp"
+    couple = {"closed": _maximal_coupling, "quantile": northwest_corner,
+              "lp": lambda p, q: _lp_coupling(p, q, d)}.get(method)
+    if couple is None:
+        raise DesignError(f"linear reduction: method must be auto, closed, quantile or lp, got {method!r}")
+    out = np.empty((joint.n_s, n, n))
+    for s, p in enumerate(joint.x_given_s):
+        flow = couple(p, tt[s])
+        mass = flow.sum(axis=1, keepdims=True)
+        live = (p > 0) & (mass[:, 0] > 0)
+        out[s] = np.where(live[:, None], flow / np.where(mass > 0, mass, 1.0), tt[s][None, :])
+    return out.reshape(joint.n_s * n, n)
+
+
+__all__ = ["Cost", "Method", "cost_label", "cost_matrix", "expected_cost", "markov_lp_kernel",
+           "northwest_corner", "transport_kernel"]
