@@ -1,0 +1,404 @@
+"""The paper-level composition rules of Song & Chaudhuri, with their conditions checked (notes/002 §4).
+
+These are the *theorems* as pure functions, for audit and cross-checks; the stream's live
+guarantee comes from the per-position quilt accountant (notes/002 §4.7), which is never worse
+than any of them where they apply. Following DESIGN.md §8 (``dp_accounting``): each rule states
+which releases it supports; a rule that does not support a set of releases returns
+:class:`NotApplicable` naming the failed condition, and what no rule supports is reported as
+**not composed** (:func:`paper_bounds`) — never guessed.
+
+| rule | bound | conditions (checked) |
+|---|---|---|
+| Thm III.7 | Σ_k ε_k | every release an MQM release on the whole chain, one Θ (§4.3) |
+| Thm II.6 | K·max_k ε_k | MQM releases with identical quilt sets (§4.2) |
+| Thm III.1 *as proved* | max{min(ε_A+ε_B, ε_A+e(X_T3|X_T2)), min(ε_A+ε_B, ε_B+e(X_T2|X_T3))} | disjoint windows, any mechanisms (§4.6) |
+| Thm III.3 | max(ε_A, ε_B) | MQMApprox, (1) two-sided active quilts, (2) T3−T2 ≥ max(T2−T1, T4−T3) (§4.6) |
+| Thm III.6 | ε_A + ε_B + 2E | E bounds both max-divergences (§4.5) |
+| Thm III.4 | — | arbitrary mechanisms on the same data do *not* compose linearly |
+
+Errata followed (notes/002 §9.1): the printed statement of Thm III.1 swaps the two max-influence
+terms and is false (counterexample in notes §4.6); :func:`thm_III1` is the proof's version, and
+the printed one is exposed only as :func:`thm_III1_printed_WRONG` so tests can show it fails.
+
+Positions are the stream's 0-based indices; windows are inclusive [lo, hi]. The papers' T1 ≤ T2 <
+T3 ≤ T4 are A = [T1, T2], B = [T3, T4].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..chain import MarkovChain
+
+#: Max-influence modes of an MQM release (streamguard.quilt).
+MQM_MODES = ("q", "stat", "supq", "approx", "approx-rev")
+#: The MQMApprox modes (Lemma II.3 bounds; translation-invariant), the setting of Thm III.3.
+APPROX_MODES = ("approx", "approx-rev")
+
+
+class CompositionError(ValueError):
+    """A release or argument is malformed (not merely outside a rule's conditions)."""
+
+
+# ----------------------------------------------------------------------------------- releases
+
+
+@dataclass(frozen=True)
+class Quilt:
+    """An active Markov quilt {X_{i−a}, X_{i+b}} of node i; ``a``/``b`` None when that side is absent."""
+
+    i: int
+    a: int | None
+    b: int | None
+
+    @property
+    def two_sided(self) -> bool:
+        return self.a is not None and self.b is not None
+
+
+@dataclass(frozen=True)
+class PufferfishRelease:
+    """Any mechanism that is ε-Pufferfish private about the secrets of positions [lo, hi]."""
+
+    epsilon: float
+    lo: int
+    hi: int
+
+    def __post_init__(self) -> None:
+        _check_release(self.epsilon, self.lo, self.hi)
+
+
+@dataclass(frozen=True)
+class MqmRelease:
+    """An MQM release (notes/002 §3, §4.8) as the composition rules see it.
+
+    ``epsilon`` is the target its σ was computed for; the query reads [lo, hi]. ``model`` is the
+    identifier of Θ and ``mode`` the max-influence mode. ``T`` is the chain length σ was computed
+    for (the stream's positions 0..T−1), or None when σ is length-independent (σ_∞, σ̄_supq).
+    ``active`` holds, for **every** θ ∈ Θ in order, the active quilt of a node of the window as
+    reported by the scale search (the witness), in the coordinates of the chain σ was computed
+    on; it is needed only for Thm III.3 condition 1.
+    """
+
+    epsilon: float
+    lo: int
+    hi: int
+    model: str
+    mode: str
+    T: int | None
+    active: tuple[Quilt, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_release(self.epsilon, self.lo, self.hi)
+        if self.mode not in MQM_MODES:
+            raise CompositionError(f"mode must be one of {', '.join(MQM_MODES)}")
+        if self.T is not None and self.T < 1:
+            raise CompositionError("T must be ≥ 1 or None")
+        object.__setattr__(self, "active", tuple(self.active))
+
+
+def _check_release(epsilon: float, lo: int, hi: int) -> None:
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise CompositionError("epsilon must be a finite number > 0")
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
+        raise CompositionError("window must be 0-based positions with lo ≤ hi")
+
+
+Release = PufferfishRelease | MqmRelease
+
+
+# ----------------------------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True)
+class Composed:
+    """``rule`` gives ``epsilon`` for the secrets of the positions named in ``covers``."""
+
+    rule: str
+    epsilon: float
+    covers: str
+
+    @property
+    def applicable(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """``rule`` does not support these releases; ``reason`` names the failed condition."""
+
+    rule: str
+    reason: str
+
+    @property
+    def applicable(self) -> bool:
+        return False
+
+
+Verdict = Composed | NotApplicable
+
+
+# -------------------------------------------------------------------- rules on plain numbers
+
+
+def thm_III1(eps_a: float, eps_b: float, e_fwd: float, e_bwd: float) -> float:
+    """Thm III.1 **as proved** (notes/002 §4.6): A = [T1, T2] before B = [T3, T4], any mechanisms.
+
+    ``e_fwd`` = e_Θ(X_{T3} | X_{T2}) (what A-secrets pay), ``e_bwd`` = e_Θ(X_{T2} | X_{T3}):
+
+        max{ min(ε_A + ε_B, ε_A + e_fwd), min(ε_A + ε_B, ε_B + e_bwd) }.
+    """
+    _nonneg(e_fwd, "e_fwd")
+    _nonneg(e_bwd, "e_bwd")
+    total = eps_a + eps_b
+    return max(min(total, eps_a + e_fwd), min(total, eps_b + e_bwd))
+
+
+def thm_III1_printed_WRONG(eps_a: float, eps_b: float, e_fwd: float, e_bwd: float) -> float:
+    """The statement of Thm III.1 **as printed — FALSE** (notes/002 §9.1): the two influence terms
+    are swapped. Exposed only so the counterexample test can show it is violated; never use it
+    as a guarantee."""
+    total = eps_a + eps_b
+    return max(min(total, eps_a + e_bwd), min(total, eps_b + e_fwd))
+
+
+def thm_III6(eps_a: float, eps_b: float, E: float) -> float:
+    """Thm III.6 (notes/002 §4.5): ε_A + ε_B + 2E, where E bounds, for every secret and θ, both
+    D∞(joint ‖ product of marginals) and D∞(product ‖ joint) of the two outputs."""
+    _nonneg(E, "E")
+    return eps_a + eps_b + 2.0 * E
+
+
+def _nonneg(x: float, name: str) -> None:
+    if not (isinstance(x, (int, float)) and not math.isnan(x) and x >= 0):
+        raise CompositionError(f"{name} must be a number ≥ 0 (+inf allowed)")
+
+
+# ----------------------------------------------------------------- rules on recorded releases
+
+
+def thm_III7(releases: Sequence[Release], T: int | None = None) -> Verdict:
+    """Thm III.7: K MQM releases on the same chain compose to Σ_k ε_k (notes/002 §4.3).
+
+    Conditions: every release is an MQM release under one Θ (modes may differ: the proof holds for
+    MQMExact and MQMApprox alike), and each is an MQM release *on the whole chain* X_0..X_{T−1}
+    (``T`` defaults to the last position read + 1): its σ is length-independent or was computed
+    for a chain of at least T positions (σ_max is non-decreasing in T, notes/002 §3.4). A σ
+    computed on a shorter segment makes the release private only about that segment's secrets —
+    Thm III.7 does not cover it (notes §6.7: such pairs exceed max ε).
+    """
+    rule = "Thm III.7 (Σ ε_k)"
+    reason = _mqm_same_model(releases)
+    if reason:
+        return NotApplicable(rule, reason)
+    chain_len = T if T is not None else max(r.hi for r in releases) + 1
+    for n, r in enumerate(releases):
+        if r.hi >= chain_len:
+            return NotApplicable(rule, f"release {n} reads position {r.hi} beyond the chain length {chain_len}")
+        if r.T is not None and r.T < chain_len:
+            return NotApplicable(
+                rule,
+                f"release {n}: σ was computed for T = {r.T} < chain length {chain_len}, so it is not an "
+                "MQM release on the whole chain",
+            )
+    return Composed(rule, float(sum(r.epsilon for r in releases)), f"every position 0..{chain_len - 1}")
+
+
+def thm_II6(releases: Sequence[Release], T: int | None = None) -> Verdict:
+    """Thm II.6 ([9], notes/002 §4.2): K·max_k ε_k for MQM releases with identical quilt sets.
+
+    The records cannot show which quilt every node used, so identical quilts are established the
+    only way they can be: the scale searches were identical — same Θ, mode, chain length and ε.
+    (Then K·max ε = Σ ε; the rule is kept for audit cross-checks.)
+    """
+    rule = "Thm II.6 (K·max ε_k)"
+    base = thm_III7(releases, T)
+    if isinstance(base, NotApplicable):
+        return NotApplicable(rule, base.reason)
+    first = releases[0]
+    assert isinstance(first, MqmRelease)
+    for n, r in enumerate(releases[1:], start=1):
+        assert isinstance(r, MqmRelease)
+        if (r.mode, r.T, r.epsilon) != (first.mode, first.T, first.epsilon):
+            return NotApplicable(
+                rule, f"release {n} differs from release 0 in mode, T or ε: identical quilt sets are not established"
+            )
+    return Composed(rule, len(releases) * max(r.epsilon for r in releases), base.covers)
+
+
+def thm_III3(releases: Sequence[Release]) -> Verdict:
+    """Thm III.3: two MQMApprox releases on distant segments give max(ε_A, ε_B) (notes/002 §4.6).
+
+    Conditions checked:
+    0. exactly two MQM releases under one Θ, both MQMApprox (``approx``/``approx-rev``), on disjoint
+       windows A = [T1, T2] < B = [T3, T4], each an MQM release on its segment (σ for ≥ its length);
+    1. for every θ ∈ Θ, each segment has a node whose active quilt is two-sided: the recorded
+       active quilt is two-sided and fits inside the segment (a + b ≤ hi − lo), which is what the
+       proof's borrowing needs (with 2., the borrowed quilts cannot reach the other segment);
+    2. T3 − T2 ≥ max(T2 − T1, T4 − T3).
+    The guarantee covers the secrets of A ∪ B only; positions in the gap are not in the framework.
+    """
+    rule = "Thm III.3 (max ε, MQMApprox on distant segments)"
+    reason = _mqm_same_model(releases)
+    if reason:
+        return NotApplicable(rule, reason)
+    if len(releases) != 2:
+        return NotApplicable(rule, f"needs exactly two releases, got {len(releases)}")
+    A, B = sorted(releases, key=lambda r: r.lo)
+    assert isinstance(A, MqmRelease) and isinstance(B, MqmRelease)
+    for name, r in (("A", A), ("B", B)):
+        if r.mode not in APPROX_MODES:
+            return NotApplicable(rule, f"segment {name} uses mode '{r.mode}': Thm III.3 is proved for MQMApprox only")
+    if A.hi >= B.lo:
+        return NotApplicable(rule, "the windows overlap: Thm III.3 needs disjoint segments")
+    for name, r in (("A", A), ("B", B)):
+        length = r.hi - r.lo + 1
+        if r.T is not None and r.T < length:
+            return NotApplicable(rule, f"segment {name}: σ was computed for T = {r.T} < its length {length}")
+        if not r.active:
+            return NotApplicable(rule, f"condition 1: segment {name} records no active quilts (one per θ needed)")
+        for th, q in enumerate(r.active):
+            if not q.two_sided:
+                return NotApplicable(rule, f"condition 1: segment {name}, θ #{th}: the active quilt is one-sided or empty")
+            assert q.a is not None and q.b is not None
+            if q.a + q.b > r.hi - r.lo:
+                return NotApplicable(
+                    rule, f"condition 1: segment {name}, θ #{th}: the two-sided quilt (a={q.a}, b={q.b}) does not fit in the segment"
+                )
+    gap, len_a, len_b = B.lo - A.hi, A.hi - A.lo, B.hi - B.lo
+    if gap < max(len_a, len_b):
+        return NotApplicable(rule, f"condition 2: T3 − T2 = {gap} < max(T2 − T1, T4 − T3) = {max(len_a, len_b)}")
+    return Composed(rule, max(A.epsilon, B.epsilon), f"positions {A.lo}..{A.hi} and {B.lo}..{B.hi} only")
+
+
+def parallel_general(
+    releases: Sequence[Release], chains: Sequence[MarkovChain], mode: str
+) -> Verdict:
+    """Thm III.1 as proved, on two releases with disjoint windows, any mechanisms (notes/002 §4.6).
+
+    The boundary influences are computed from Θ = ``chains`` under ``mode`` by
+    :func:`boundary_influences`. Covers the secrets of A ∪ B only.
+    """
+    rule = "Thm III.1 (as proved; disjoint segments)"
+    if len(releases) != 2:
+        return NotApplicable(rule, f"needs exactly two releases, got {len(releases)}")
+    A, B = sorted(releases, key=lambda r: r.lo)
+    if A.hi >= B.lo:
+        return NotApplicable(rule, "the windows overlap: Thm III.1 needs disjoint segments")
+    e_fwd, e_bwd = boundary_influences(chains, mode, A.hi, B.lo)
+    eps = thm_III1(A.epsilon, B.epsilon, e_fwd, e_bwd)
+    return Composed(rule, eps, f"positions {A.lo}..{A.hi} and {B.lo}..{B.hi} only")
+
+
+def paper_bounds(
+    releases: Sequence[Release],
+    chains: Sequence[MarkovChain] | None = None,
+    mode: str | None = None,
+    T: int | None = None,
+) -> tuple[Verdict, ...]:
+    """Every paper rule's verdict on ``releases`` (for the audit log).
+
+    Thm III.1 needs Θ (``chains``, ``mode``) for its boundary influences; without them it is
+    reported as not applicable. If no rule applies, the last verdict says so explicitly: the
+    releases are **not composed** by any theorem (Thm III.4: arbitrary Pufferfish mechanisms on
+    the same data have no linear composition).
+    """
+    verdicts: list[Verdict] = [thm_III7(releases, T), thm_II6(releases, T), thm_III3(releases)]
+    if chains is not None and mode is not None:
+        verdicts.append(parallel_general(releases, chains, mode))
+    else:
+        verdicts.append(NotApplicable("Thm III.1 (as proved; disjoint segments)", "no model given for the boundary influences"))
+    if not any(v.applicable for v in verdicts):
+        verdicts.append(NotApplicable("not composed", "no composition theorem supports these releases (Thm III.4)"))
+    return tuple(verdicts)
+
+
+def _mqm_same_model(releases: Sequence[Release]) -> str | None:
+    if not releases:
+        return "no releases"
+    for n, r in enumerate(releases):
+        if not isinstance(r, MqmRelease):
+            return f"release {n} is not an MQM release"
+    models = {r.model for r in releases}  # type: ignore[union-attr]
+    if len(models) > 1:
+        return "the releases were calibrated under different models Θ"
+    return None
+
+
+# --------------------------------------------------------------------- boundary influences
+
+
+def boundary_influences(chains: Sequence[MarkovChain], mode: str, t2: int, t3: int) -> tuple[float, float]:
+    """(e_Θ(X_{t3} | X_{t2}), e_Θ(X_{t2} | X_{t3})) for positions t2 < t3 (Def II.2, notes/002 §3.2).
+
+    With d = t3 − t2, for each θ = (q, P) and states s ≠ t of positive probability:
+
+        forward  = max_y log P^d(s, y)/P^d(t, y)
+        backward = max_{x : μ_{t2}(x) > 0} log P^d(x, s)/P^d(x, t) + log μ_{t3}(t) − log μ_{t3}(s)
+
+    (P(X_{t2} = x | X_{t3} = s) = μ_{t2}(x) P^d(x, s)/μ_{t3}(s), and μ_{t2}(x) cancels). The
+    marginals μ follow the mode's Θ: ``q`` — the chain's own initial law (μ_t = q P^t); ``stat`` —
+    π; ``supq``, ``approx``, ``approx-rev`` — every initial law, so the normaliser is
+    sup_q log μ_{t3}(t)/μ_{t3}(s) = max_x log P^{t3}(x, t)/P^{t3}(x, s) (attained at point masses)
+    and x ranges over all states (an upper bound on the sup over q, exact for the forward term).
+    The result is the max over θ ∈ Θ; +∞ when a value is possible under one state and not another.
+    """
+    if mode not in MQM_MODES:
+        raise CompositionError(f"mode must be one of {', '.join(MQM_MODES)}")
+    if not (0 <= t2 < t3):
+        raise CompositionError("boundary influences need positions 0 ≤ t2 < t3")
+    if not chains:
+        raise CompositionError("Θ must hold at least one chain")
+    fwd = bwd = 0.0
+    for chain in chains:
+        f, b = _boundary_one(chain, mode, t2, t3)
+        fwd, bwd = max(fwd, f), max(bwd, b)
+    return fwd, bwd
+
+
+def _boundary_one(chain: MarkovChain, mode: str, t2: int, t3: int) -> tuple[float, float]:
+    P = chain.matrix
+    k = chain.k
+    Pd = np.linalg.matrix_power(P, t3 - t2)
+    if mode in ("q", "stat"):
+        q = chain.initial if mode == "q" else chain.stationary_law
+        mu2, mu3 = q @ np.linalg.matrix_power(P, t2), q @ np.linalg.matrix_power(P, t3)
+        possible2, possible3, rows2 = mu2 > 0, mu3 > 0, mu2 > 0
+        norm = _log_ratio_matrix(mu3[None, :], mu3[None, :], np.array([True]))  # [t, s] = log μ3(t)/μ3(s)
+    else:
+        Pt2, Pt3 = np.linalg.matrix_power(P, t2), np.linalg.matrix_power(P, t3)
+        possible2, possible3, rows2 = Pt2.max(axis=0) > 0, Pt3.max(axis=0) > 0, np.ones(k, dtype=bool)
+        norm = _log_ratio_matrix(Pt3, Pt3, np.ones(k, dtype=bool))  # [t, s] = max_x log P^t3(x,t)/P^t3(x,s)
+    fwd = _log_ratio_matrix(Pd.T, Pd.T, np.ones(k, dtype=bool))  # [s, t] = max_y log P^d(s,y)/P^d(t,y)
+    back = _log_ratio_matrix(Pd, Pd, rows2)  # [s, t] = max_x log P^d(x,s)/P^d(x,t)
+    e_f = e_b = 0.0
+    for s in range(k):
+        for t in range(k):
+            if s == t:
+                continue
+            if possible2[s] and possible2[t]:
+                e_f = max(e_f, fwd[s, t])
+            if possible3[s] and possible3[t]:
+                e_b = max(e_b, back[s, t] + norm[t, s])
+    return float(e_f), float(e_b)
+
+
+def _log_ratio_matrix(num: NDArray[np.float64], den: NDArray[np.float64], rows: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """R[s, t] = max over rows x (where ``rows[x]``) of log num[x, s]/den[x, t]; a row where both
+    are 0 is skipped, numerator > 0 = denominator gives +∞; −∞ if every row is skipped."""
+    k = num.shape[1]
+    out = np.full((k, k), -math.inf)
+    for x in np.flatnonzero(rows):
+        for s in range(k):
+            for t in range(k):
+                a, b = num[x, s], den[x, t]
+                if a > 0 and b > 0:
+                    out[s, t] = max(out[s, t], math.log(a) - math.log(b))
+                elif a > 0:
+                    out[s, t] = math.inf
+    return out
