@@ -12,8 +12,9 @@ Both leakages about S (notes/004 §1) depend only on that deviation:
 
 This module holds the target, the **exact** α(ε) (notes/004 §3.6 — the paper's Taylor rule
 α ≈ 1 − ε/L(S→X) from eq. (6) is *not* an upper bound and under-protects, so it is not offered),
-Lemma 1's Markov sanitization, and the three channel designers. The optimal kernels (Markov LP,
-non-Markov transport) live in :mod:`~streamguard.perturbation.linear_reduction_lp`.
+Lemma 1's Markov sanitization, the three linear-reduction designers ("linear", "linear-optimal",
+"linear-nonmarkov") and the direct ε-constrained LP ("direct-eps", notes/004 §7 gen. 4). The
+optimal kernels live in :mod:`~streamguard.perturbation.linear_reduction_lp`.
 
 Every designer re-evaluates the leakage on the *realised* channel (P_{Y|S} = P_{X|S}·K, or
 Σ_x P(x|s)·K[(s,x)]) and never returns a channel whose claim fails: it designs for ε − margin
@@ -31,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from .linear_reduction_lp import Cost, cost_label, markov_lp_kernel, transport_kernel
+from .linear_reduction_lp import Cost, cost_label, direct_eps_kernel, markov_lp_kernel, transport_kernel
 from .model import Claim, DesignError, InputKind, Joint, PerturbationChannel
 
 Measure = Literal["ldp", "log_lift"]
@@ -180,13 +181,26 @@ def _slack(joint: Joint) -> float:
     return 1e-12 + 2.0 * total + 4.0 * terms * float(np.finfo(np.float64).eps)
 
 
-def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs: InputKind,
-            build: Callable[[float], NDArray[np.float64]], params: dict[str, Any],
-            extra_claims: Callable[[float, NDArray[np.float64]], tuple[Claim, ...]] | None = None,
+Build = Callable[[float], tuple[NDArray[np.float64], dict[str, Any]]]
+
+
+def _by_alpha(joint: Joint, measure: Measure, kernel_of: Callable[[float], NDArray[np.float64]]) -> Build:
+    """A build step for the linear-reduction kinds: the exact α for the design budget, then the kernel."""
+
+    def build(eps_design: float) -> tuple[NDArray[np.float64], dict[str, Any]]:
+        alpha = alpha_for(joint, eps_design, measure)
+        return kernel_of(alpha), {"alpha": alpha}
+
+    return build
+
+
+def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs: InputKind, build: Build,
+            params: dict[str, Any], fallback: dict[str, Any],
+            extra_claims: Callable[[dict[str, Any], NDArray[np.float64]], tuple[Claim, ...]] | None = None,
             ) -> PerturbationChannel:
-    """Design for ε − margin, rebuild with larger margins until the realised channel meets ε with
-    the float slack to spare; last resort α = 1 with every row P_X (Y ⊥ (S, X): leakage exactly 0,
-    the only channel exact at ε = 0 — or below float resolution — whatever the rounding)."""
+    """Build for ε − margin, rebuild with larger margins until the realised channel meets ε with the
+    float slack to spare; last resort every row P_X (params ``fallback``): Y ⊥ (S, X), leakage
+    exactly 0 — the only channel exact at ε = 0, or below float resolution, whatever the rounding."""
     eps = _check_epsilon(epsilon)
     notion = NOTION.get(measure)
     if notion is None:
@@ -194,27 +208,26 @@ def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs
     slack = _slack(joint)
     rows = joint.n_x if inputs == "x" else joint.n_s * joint.n_x
 
-    def channel(alpha: float, kernel: NDArray[np.float64]) -> PerturbationChannel:
-        claims = (Claim(notion, {"epsilon": eps}),) + (extra_claims(alpha, kernel) if extra_claims else ())
+    def channel(kernel: NDArray[np.float64], made: dict[str, Any]) -> PerturbationChannel:
+        claims = (Claim(notion, {"epsilon": eps}),) + (extra_claims(made, kernel) if extra_claims else ())
         return PerturbationChannel(kind=kind, matrix=kernel, inputs=inputs, n_s=joint.n_s, n_x=joint.n_x,
                                    outputs=tuple(range(joint.n_x)), claims=claims,
-                                   params={"epsilon": eps, "measure": measure, "alpha": alpha, **params})
+                                   params={"epsilon": eps, "measure": measure, **made, **params})
 
     for margin in _MARGINS:
         eps_design = max(eps - margin * max(1.0, eps), 0.0)
-        alpha = alpha_for(joint, eps_design, measure)
         try:
-            kernel = build(alpha)
+            kernel, made = build(eps_design)
         except DesignError:
             continue
         kernel = np.clip(kernel, 0.0, None)
         kernel /= kernel.sum(axis=1, keepdims=True)
-        candidate = channel(alpha, kernel)
+        candidate = channel(kernel, made)
         if leakage(joint, candidate.effective(joint), measure) <= eps - slack:
             return candidate
         if eps_design == 0.0:
             break
-    return channel(1.0, np.tile(joint.p_x, (rows, 1)))
+    return channel(np.tile(joint.p_x, (rows, 1)), fallback)
 
 
 def linear_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp") -> PerturbationChannel:
@@ -223,7 +236,8 @@ def linear_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "l
     Claims the leakage about S (``"ldp_s"`` or ``"log_lift"`` ≤ ε) and, when α > 0, the model-free
     input-LDP bonus ``"ldp_x"`` ≤ log(1 + (1−α)/(α·min_x P_X(x))) (notes/004 §7), rounded up."""
 
-    def bonus(alpha: float, kernel: NDArray[np.float64]) -> tuple[Claim, ...]:
+    def bonus(made: dict[str, Any], kernel: NDArray[np.float64]) -> tuple[Claim, ...]:
+        alpha = made["alpha"]
         if alpha == 0.0:
             return ()  # the identity channel: no input-LDP guarantee
         formula = math.log1p((1.0 - alpha) / (alpha * float(joint.p_x.min())))
@@ -231,7 +245,8 @@ def linear_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "l
         return (Claim("ldp_x", {"epsilon": float(max(formula, realised) + _slack(joint))}),)
 
     return _design(joint, epsilon, measure, kind="linear", inputs="x",
-                   build=lambda a: lemma1_kernel(joint, a), params={}, extra_claims=bonus)
+                   build=_by_alpha(joint, measure, lambda a: lemma1_kernel(joint, a)),
+                   params={}, fallback={"alpha": 1.0}, extra_claims=bonus)
 
 
 def linear_optimal_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp",
@@ -240,9 +255,9 @@ def linear_optimal_markov_channel(joint: Joint, epsilon: float, *, measure: Meas
     §3.5, an LP solved by HiGHS). Lemma 1 is feasible, so it is never worse than ``"linear"``
     at the same α; with |S| < |X| it is usually strictly better. ``cost``: "tv" (D_TV, i.e. the
     0-1 distortion), "abs" (|i−j|), "squared" ((i−j)²) or an |X|×|X| matrix d(x', x)."""
-    label = cost_label(cost, joint.n_x)
     return _design(joint, epsilon, measure, kind="linear-optimal", inputs="x",
-                   build=lambda a: markov_lp_kernel(joint, target(joint, a), cost), params=label)
+                   build=_by_alpha(joint, measure, lambda a: markov_lp_kernel(joint, target(joint, a), cost)),
+                   params=cost_label(cost, joint.n_x), fallback={"alpha": 1.0})
 
 
 def linear_nonmarkov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp",
@@ -251,13 +266,31 @@ def linear_nonmarkov_channel(joint: Joint, epsilon: float, *, measure: Measure =
     per s an optimal transport from P_{X|S=s} to the target row (notes/004 §3.3–3.4): Prop. 1's
     closed form for "tv", the monotone (quantile) coupling for "abs"/"squared", an LP otherwise.
     Needs s at release time (notes/004 §7); it has zeros, so it carries no input-LDP claim."""
-    label = cost_label(cost, joint.n_x)
     return _design(joint, epsilon, measure, kind="linear-nonmarkov", inputs="sx",
-                   build=lambda a: transport_kernel(joint, target(joint, a), cost), params=label)
+                   build=_by_alpha(joint, measure, lambda a: transport_kernel(joint, target(joint, a), cost)),
+                   params=cost_label(cost, joint.n_x), fallback={"alpha": 1.0})
+
+
+def direct_eps_lp(joint: Joint, epsilon: float, *, measure: Measure = "ldp", cost: Cost = "tv",
+                  markov: bool = False, preserve_marginal: bool = True) -> PerturbationChannel:
+    """Kind ``"direct-eps"`` (notes/004 §7, generalisation 4): drop the linear-reduction restriction
+    and minimise the expected cost over *all* kernels whose P_{Y|S} meets ε directly —
+    P_{Y|S}(x|s) ≤ e^ε·P_{Y|S}(x|s') (LDP) or e^{−ε}·P_Y(x) ≤ P_{Y|S}(x|s) ≤ e^ε·P_Y(x) (log-lift),
+    both linear in the kernel — optionally keeping P_Y = P_X. Non-Markov (inputs "sx") by default,
+    ``markov=True`` for a P_{Y|X} kernel. Never worse than the linear reduction of the same kind
+    (its kernels are feasible here); with ``preserve_marginal=False`` it may be strictly better."""
+    def build(eps_design: float) -> tuple[NDArray[np.float64], dict[str, Any]]:
+        kernel = direct_eps_kernel(joint, eps_design, measure, cost, markov=markov,
+                                   preserve_marginal=preserve_marginal)
+        return kernel, {}
+
+    return _design(joint, epsilon, measure, kind="direct-eps", inputs="x" if markov else "sx", build=build,
+                   params={**cost_label(cost, joint.n_x), "preserve_marginal": preserve_marginal},
+                   fallback={"independent": True})
 
 
 __all__ = [
-    "Measure", "NOTION", "alpha_for", "alpha_for_both", "alpha_for_ldp", "alpha_for_loglift", "leakage",
-    "ldp_leakage", "lemma1_kernel", "linear_markov_channel", "linear_nonmarkov_channel",
+    "Measure", "NOTION", "alpha_for", "alpha_for_both", "alpha_for_ldp", "alpha_for_loglift", "direct_eps_lp",
+    "ldp_leakage", "leakage", "lemma1_kernel", "linear_markov_channel", "linear_nonmarkov_channel",
     "linear_optimal_markov_channel", "log_lift_leakage", "target",
 ]

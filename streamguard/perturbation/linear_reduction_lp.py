@@ -23,6 +23,7 @@ T[s] (notes/004 §7: identity there would not be).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
@@ -86,8 +87,12 @@ def _check_target(joint: Joint, t: ArrayLike) -> NDArray[np.float64]:
     return tt
 
 
-def _solve(c: NDArray[np.float64], a_eq: sparse.spmatrix, b_eq: NDArray[np.float64], what: str) -> NDArray[np.float64]:
-    res = linprog(c, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs-ds", options=_HIGHS)
+def _solve(c: NDArray[np.float64], a_eq: sparse.spmatrix, b_eq: NDArray[np.float64], what: str,
+           a_ub: sparse.spmatrix | None = None) -> NDArray[np.float64]:
+    """min c·v s.t. a_eq·v = b_eq, a_ub·v ≤ 0, v ≥ 0 (HiGHS dual simplex); DesignError if it fails."""
+    ub = a_ub is not None and a_ub.shape[0] > 0
+    res = linprog(c, A_ub=a_ub if ub else None, b_ub=np.zeros(a_ub.shape[0]) if ub else None,
+                  A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs-ds", options=_HIGHS)
     if res.status != 0:
         raise DesignError(f"linear reduction: {what} LP failed ({res.message})")
     return np.clip(res.x, 0.0, None)
@@ -168,5 +173,54 @@ def transport_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv", *, method: M
     return out.reshape(joint.n_s * n, n)
 
 
-__all__ = ["Cost", "Method", "cost_label", "cost_matrix", "expected_cost", "markov_lp_kernel",
+def direct_eps_kernel(joint: Joint, epsilon: float, measure: str, cost: Cost = "tv", *, markov: bool = False,
+                      preserve_marginal: bool = True) -> NDArray[np.float64]:
+    """The cheapest kernel whose P_{Y|S} meets ε in ``measure`` directly (notes/004 §7 gen. 4), by LP.
+
+    Variables: the Markov kernel K (P_{Y|S} = P_{X|S}·K, rows sum to 1), or per s the flow
+    π_s(x', x) = P_{X|S}(x'|s)·P_{Y|S,X}(x|s,x') (P_{Y|S}(x|s) = Σ_x' π_s(x', x), rows sum to
+    P_{X|S}(x'|s)). With G the linear map to P_{Y|S} and H = P_Sᵀ·G the map to P_Y, the constraints
+    are G[s] − e^ε·G[s'] ≤ 0 for s ≠ s' ("ldp") or G[s] − e^ε·H ≤ 0 and e^{−ε}·H − G[s] ≤ 0
+    ("log_lift"), plus H = P_X if ``preserve_marginal``. Returns the kernel (|X|×|X| or
+    |S|·|X|×|X|); an (s, x') row with P_{X|S}(x'|s) = 0 gets the realised row P_{Y|S}(·|s)."""
+    n, n_s = joint.n_x, joint.n_s
+    d = cost_matrix(cost, n)
+    eye, ones = sparse.identity(n, format="csr"), np.ones((1, n))
+    if markov:
+        g = sparse.kron(sparse.csr_matrix(joint.x_given_s), eye, format="csr")
+        rows, rows_b = sparse.kron(eye, ones, format="csr"), np.ones(n)
+        c = (joint.p_x[:, None] * d).ravel()
+    else:
+        per_s = sparse.identity(n_s)
+        g = sparse.kron(per_s, sparse.kron(ones, eye), format="csr")
+        rows, rows_b = sparse.kron(per_s, sparse.kron(eye, ones), format="csr"), joint.x_given_s.ravel()
+        c = (joint.p_s[:, None, None] * d[None]).ravel()
+    h = sparse.kron(sparse.csr_matrix(joint.p_s[None, :]), eye, format="csr") @ g
+    grow = math.exp(epsilon)
+    if measure == "ldp":
+        pairs = [(s, t) for s in range(n_s) for t in range(n_s) if s != t]
+        unit = np.eye(n_s)
+        diff = np.array([unit[s] - grow * unit[t] for s, t in pairs]).reshape(len(pairs), n_s)
+        a_ub = sparse.kron(sparse.csr_matrix(diff), eye, format="csr") @ g
+    elif measure == "log_lift":
+        stacked = sparse.vstack([h] * n_s, format="csr")
+        a_ub = sparse.vstack([g - grow * stacked, stacked / grow - g], format="csr")
+    else:
+        raise DesignError(f"linear reduction: measure must be 'ldp' or 'log_lift', got {measure!r}")
+    if preserve_marginal:
+        rows, rows_b = sparse.vstack([rows, h], format="csr"), np.concatenate([rows_b, joint.p_x])
+    v = _solve(c, rows, rows_b, "direct ε", a_ub=a_ub)
+    if markov:
+        k = v.reshape(n, n)
+        return k / k.sum(axis=1, keepdims=True)
+    flow = v.reshape(n_s, n, n)
+    p_y_given_s = flow.sum(axis=1)
+    mass = flow.sum(axis=2, keepdims=True)
+    live = (joint.x_given_s[:, :, None] > 0) & (mass > 0)
+    fallback = p_y_given_s / p_y_given_s.sum(axis=1, keepdims=True)
+    kernel = np.where(live, flow / np.where(mass > 0, mass, 1.0), fallback[:, None, :])
+    return kernel.reshape(n_s * n, n)
+
+
+__all__ = ["Cost", "Method", "cost_label", "cost_matrix", "direct_eps_kernel", "expected_cost", "markov_lp_kernel",
            "northwest_corner", "transport_kernel"]
