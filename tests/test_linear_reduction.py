@@ -234,7 +234,7 @@ def test_zero_budget_gives_independent_output() -> None:
         for measure in ("ldp", "log_lift"):
             ch = design(EX1, 0.0, measure=measure)
             assert np.all(ch.matrix == ch.matrix[0])   # Y ⊥ (S, X): leakage exactly 0
-            assert ch.params.get("alpha") == 1.0 or ch.params.get("independent") is True
+            assert ch.params["alpha"] == 1.0 and ch.params["method"] == "independent"
 
 
 def test_loose_budget_releases_x_unchanged() -> None:

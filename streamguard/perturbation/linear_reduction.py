@@ -26,13 +26,14 @@ the rounding error of those non-negative sums, so the claim also holds in exact 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .linear_reduction_lp import Cost, cost_label, direct_eps_kernel, markov_lp_kernel, transport_kernel
+from .linear_reduction_lp import (Cost, cost_label, default_method, direct_eps_kernel, markov_lp_kernel,
+                                  transport_kernel)
 from .model import Claim, DesignError, InputKind, Joint, PerturbationChannel
 
 Measure = Literal["ldp", "log_lift"]
@@ -181,26 +182,42 @@ def _slack(joint: Joint) -> float:
     return 1e-12 + 2.0 * total + 4.0 * terms * float(np.finfo(np.float64).eps)
 
 
+def _quantisation_slack(values: NDArray[np.float64], n_y: int) -> float:
+    """Bound on how far the sampler's quantisation can move a log ratio of two of ``values``
+    (kernel entries, or P_{Y|S} / P_Y, which move at most as much since Σ_x P(x|s) = 1). The
+    sampler realises every entry within n_y·2⁻⁶³ and keeps zeros zero and positives positive
+    (perturbation/sampler.py: largest remainder; an entry below one count is raised to one, taken
+    from the row's largest), so |Δ log a| ≤ e/(a − e) with e = n_y·2⁻⁶³; ∞ if some a ≤ e."""
+    e = n_y * 2.0 ** -63
+    positive = values[values > 0]
+    lo = float(positive.min()) if positive.size else 1.0
+    return math.inf if lo <= e else 2.0 * e / (lo - e)
+
+
 Build = Callable[[float], tuple[NDArray[np.float64], dict[str, Any]]]
 
 
-def _by_alpha(joint: Joint, measure: Measure, kernel_of: Callable[[float], NDArray[np.float64]]) -> Build:
-    """A build step for the linear-reduction kinds: the exact α for the design budget, then the kernel."""
+def _by_alpha(joint: Joint, measure: Measure, method: str, kernel_of: Callable[[float], NDArray[np.float64]]) -> Build:
+    """A build step of the linear reduction: the exact α for the design budget, then the kernel."""
 
     def build(eps_design: float) -> tuple[NDArray[np.float64], dict[str, Any]]:
         alpha = alpha_for(joint, eps_design, measure)
-        return kernel_of(alpha), {"alpha": alpha}
+        return kernel_of(alpha), {"alpha": alpha, "method": method}
 
     return build
 
 
-def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs: InputKind, build: Build,
-            params: dict[str, Any], fallback: dict[str, Any],
+def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs: InputKind,
+            builds: Sequence[Build], params: dict[str, Any],
             extra_claims: Callable[[dict[str, Any], NDArray[np.float64]], tuple[Claim, ...]] | None = None,
             ) -> PerturbationChannel:
-    """Build for ε − margin, rebuild with larger margins until the realised channel meets ε with the
-    float slack to spare; last resort every row P_X (params ``fallback``): Y ⊥ (S, X), leakage
-    exactly 0 — the only channel exact at ε = 0, or below float resolution, whatever the rounding."""
+    """Try each build in turn (the optimum first, then a closed form it improves on — an LP can fail
+    or lose accuracy on badly scaled joints): build for ε − margin, rebuild with larger margins until
+    the realised channel meets ε with the float and quantisation slacks to spare, so the claim holds
+    exactly on the stored channel and on the one the sampler realises. Last resort, every row P_X
+    (method "independent", α = 1): Y ⊥ (S, X), leakage exactly 0 — the only channel exact at ε = 0,
+    or below float resolution, whatever the rounding (identical rows quantise identically). The
+    method used is recorded in the channel's params."""
     eps = _check_epsilon(epsilon)
     notion = NOTION.get(measure)
     if notion is None:
@@ -214,61 +231,73 @@ def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs
                                    outputs=tuple(range(joint.n_x)), claims=claims,
                                    params={"epsilon": eps, "measure": measure, **made, **params})
 
-    for margin in _MARGINS:
-        eps_design = max(eps - margin * max(1.0, eps), 0.0)
-        try:
-            kernel, made = build(eps_design)
-        except DesignError:
-            continue
-        kernel = np.clip(kernel, 0.0, None)
-        kernel /= kernel.sum(axis=1, keepdims=True)
-        candidate = channel(kernel, made)
-        if leakage(joint, candidate.effective(joint), measure) <= eps - slack:
-            return candidate
-        if eps_design == 0.0:
-            break
-    return channel(np.tile(joint.p_x, (rows, 1)), fallback)
+    for build in builds:
+        for margin in _MARGINS:
+            eps_design = max(eps - margin * max(1.0, eps), 0.0)
+            try:
+                kernel, made = build(eps_design)
+            except DesignError:
+                break
+            kernel = np.clip(kernel, 0.0, None)
+            kernel /= kernel.sum(axis=1, keepdims=True)
+            candidate = channel(kernel, made)
+            p_y_given_s = candidate.effective(joint)
+            if leakage(joint, p_y_given_s, measure) <= eps - slack - _quantisation_slack(p_y_given_s, joint.n_x):
+                return candidate
+            if eps_design == 0.0:
+                break
+    return channel(np.tile(joint.p_x, (rows, 1)), {"alpha": 1.0, "method": "independent"})
 
 
 def linear_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp") -> PerturbationChannel:
     """Kind ``"linear"``: Lemma 1's Markov sanitization with the exact α(ε) of ``measure``.
 
     Claims the leakage about S (``"ldp_s"`` or ``"log_lift"`` ≤ ε) and, when α > 0, the model-free
-    input-LDP bonus ``"ldp_x"`` ≤ log(1 + (1−α)/(α·min_x P_X(x))) (notes/004 §7), rounded up."""
+    input-LDP bonus ``"ldp_x"`` ≤ log(1 + (1−α)/(α·min_x P_X(x))) (notes/004 §7), rounded up to
+    cover float and sampler quantisation error (omitted if an entry is below the sampler's grain)."""
 
     def bonus(made: dict[str, Any], kernel: NDArray[np.float64]) -> tuple[Claim, ...]:
         alpha = made["alpha"]
-        if alpha == 0.0:
-            return ()  # the identity channel: no input-LDP guarantee
+        quantised = _quantisation_slack(kernel, joint.n_x)
+        if alpha == 0.0 or not math.isfinite(quantised):
+            return ()  # the identity channel, or entries too small for the sampler: no input-LDP promise
         formula = math.log1p((1.0 - alpha) / (alpha * float(joint.p_x.min())))
         realised = ldp_leakage(kernel)  # input LDP: max_x log(max_x' K[x',x] / min_x' K[x',x])
-        return (Claim("ldp_x", {"epsilon": float(max(formula, realised) + _slack(joint))}),)
+        return (Claim("ldp_x", {"epsilon": float(max(formula, realised) + _slack(joint) + quantised)}),)
 
     return _design(joint, epsilon, measure, kind="linear", inputs="x",
-                   build=_by_alpha(joint, measure, lambda a: lemma1_kernel(joint, a)),
-                   params={}, fallback={"alpha": 1.0}, extra_claims=bonus)
+                   builds=[_by_alpha(joint, measure, "lemma1", lambda a: lemma1_kernel(joint, a))],
+                   params={}, extra_claims=bonus)
 
 
 def linear_optimal_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp",
                                   cost: Cost = "tv") -> PerturbationChannel:
     """Kind ``"linear-optimal"``: the cheapest Markov kernel K with P_{X|S}·K = target (notes/004
     §3.5, an LP solved by HiGHS). Lemma 1 is feasible, so it is never worse than ``"linear"``
-    at the same α; with |S| < |X| it is usually strictly better. ``cost``: "tv" (D_TV, i.e. the
-    0-1 distortion), "abs" (|i−j|), "squared" ((i−j)²) or an |X|×|X| matrix d(x', x)."""
+    at the same α (and Lemma 1 is what it returns, method "lemma1", if the LP fails or its
+    solution misses the budget by rounding); with |S| < |X| it is usually strictly better.
+    ``cost``: "tv" (D_TV, i.e. the 0-1 distortion), "abs" (|i−j|), "squared" ((i−j)²) or an
+    |X|×|X| matrix d(x', x)."""
     return _design(joint, epsilon, measure, kind="linear-optimal", inputs="x",
-                   build=_by_alpha(joint, measure, lambda a: markov_lp_kernel(joint, target(joint, a), cost)),
-                   params=cost_label(cost, joint.n_x), fallback={"alpha": 1.0})
+                   builds=[_by_alpha(joint, measure, "lp", lambda a: markov_lp_kernel(joint, target(joint, a), cost)),
+                           _by_alpha(joint, measure, "lemma1", lambda a: lemma1_kernel(joint, a))],
+                   params=cost_label(cost, joint.n_x))
 
 
 def linear_nonmarkov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp",
                              cost: Cost = "tv") -> PerturbationChannel:
     """Kind ``"linear-nonmarkov"`` (inputs ``"sx"``): the optimal S-dependent kernel of problem (10),
     per s an optimal transport from P_{X|S=s} to the target row (notes/004 §3.3–3.4): Prop. 1's
-    closed form for "tv", the monotone (quantile) coupling for "abs"/"squared", an LP otherwise.
-    Needs s at release time (notes/004 §7); it has zeros, so it carries no input-LDP claim."""
-    return _design(joint, epsilon, measure, kind="linear-nonmarkov", inputs="sx",
-                   build=_by_alpha(joint, measure, lambda a: transport_kernel(joint, target(joint, a), cost)),
-                   params=cost_label(cost, joint.n_x), fallback={"alpha": 1.0})
+    closed form for "tv", the monotone (quantile) coupling for "abs"/"squared", an LP otherwise
+    (falling back to Prop. 1's closed form if the LP fails). Needs s at release time (notes/004
+    §7); it has zeros, so it carries no input-LDP claim."""
+    method = default_method(cost)
+    builds = [_by_alpha(joint, measure, method, lambda a: transport_kernel(joint, target(joint, a), cost))]
+    if method != "closed":
+        builds.append(_by_alpha(joint, measure, "closed",
+                                lambda a: transport_kernel(joint, target(joint, a), cost, method="closed")))
+    return _design(joint, epsilon, measure, kind="linear-nonmarkov", inputs="sx", builds=builds,
+                   params=cost_label(cost, joint.n_x))
 
 
 def direct_eps_lp(joint: Joint, epsilon: float, *, measure: Measure = "ldp", cost: Cost = "tv",
@@ -278,15 +307,18 @@ def direct_eps_lp(joint: Joint, epsilon: float, *, measure: Measure = "ldp", cos
     P_{Y|S}(x|s) ≤ e^ε·P_{Y|S}(x|s') (LDP) or e^{−ε}·P_Y(x) ≤ P_{Y|S}(x|s) ≤ e^ε·P_Y(x) (log-lift),
     both linear in the kernel — optionally keeping P_Y = P_X. Non-Markov (inputs "sx") by default,
     ``markov=True`` for a P_{Y|X} kernel. Never worse than the linear reduction of the same kind
-    (its kernels are feasible here); with ``preserve_marginal=False`` it may be strictly better."""
-    def build(eps_design: float) -> tuple[NDArray[np.float64], dict[str, Any]]:
+    (its kernels are feasible here, and it is the fallback if the LP fails); with
+    ``preserve_marginal=False`` it may be strictly better."""
+    def direct(eps_design: float) -> tuple[NDArray[np.float64], dict[str, Any]]:
         kernel = direct_eps_kernel(joint, eps_design, measure, cost, markov=markov,
                                    preserve_marginal=preserve_marginal)
-        return kernel, {}
+        return kernel, {"method": "lp"}
 
-    return _design(joint, epsilon, measure, kind="direct-eps", inputs="x" if markov else "sx", build=build,
-                   params={**cost_label(cost, joint.n_x), "preserve_marginal": preserve_marginal},
-                   fallback={"independent": True})
+    linear = _by_alpha(joint, measure, "lemma1", lambda a: lemma1_kernel(joint, a)) if markov else \
+        _by_alpha(joint, measure, "closed", lambda a: transport_kernel(joint, target(joint, a), cost, method="closed"))
+    return _design(joint, epsilon, measure, kind="direct-eps", inputs="x" if markov else "sx",
+                   builds=[direct, linear],
+                   params={**cost_label(cost, joint.n_x), "preserve_marginal": preserve_marginal})
 
 
 __all__ = [

@@ -147,6 +147,12 @@ def _lp_coupling(p: NDArray[np.float64], q: NDArray[np.float64], d: NDArray[np.f
     return _solve(d.ravel(), a_eq, np.concatenate([p, q]), "transport").reshape(n, n)
 
 
+def default_method(cost: Cost) -> Method:
+    """The transport method that is optimal for ``cost`` without an LP, else "lp" (notes/004 §3.3)."""
+    named: dict[str, Method] = {"tv": "closed", "abs": "quantile", "squared": "quantile"}
+    return named.get(cost, "lp") if isinstance(cost, str) else "lp"
+
+
 def transport_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv", *, method: Method = "auto") -> NDArray[np.float64]:
     """The optimal non-Markov kernel P_{Y|S,X} (rows s·|X| + x', columns x) realising the target T:
     per s, optimal transport from P_{X|S=s} to T[s] (notes/004 §3.3), kernel = flow / P_{X|S}(x'|s).
@@ -158,8 +164,7 @@ def transport_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv", *, method: M
     tt = _check_target(joint, t)
     d = cost_matrix(cost, n)
     if method == "auto":
-        method = {"tv": "closed", "abs": "quantile", "squared": "quantile"}.get(cost, "lp") \
-            if isinstance(cost, str) else "lp"
+        method = default_method(cost)
     couple = {"closed": _maximal_coupling, "quantile": northwest_corner,
               "lp": lambda p, q: _lp_coupling(p, q, d)}.get(method)
     if couple is None:
@@ -222,5 +227,5 @@ def direct_eps_kernel(joint: Joint, epsilon: float, measure: str, cost: Cost = "
     return kernel.reshape(n_s * n, n)
 
 
-__all__ = ["Cost", "Method", "cost_label", "cost_matrix", "direct_eps_kernel", "expected_cost", "markov_lp_kernel",
+__all__ = ["Cost", "Method", "cost_label", "cost_matrix", "default_method", "direct_eps_kernel", "expected_cost", "markov_lp_kernel",
            "northwest_corner", "transport_kernel"]
