@@ -28,6 +28,7 @@ from streamguard.ledger.composition import (
     thm_III6,
     thm_III7,
 )
+from streamguard.quilt.model import QuiltModel
 
 COUNTER = [[0.97, 0.02, 0.01], [0.4, 0.2, 0.4], [0.2, 0.3, 0.5]]  # notes/002 §4.6
 
@@ -67,7 +68,7 @@ def _rr_leakage(chain: MarkovChain, T: int, channels: dict[int, np.ndarray]) -> 
 def test_thm_III1_printed_statement_is_violated_and_the_proved_one_holds():
     """notes/002 §4.6: RR(10) on X_2, RR(8) on X_3, T = 4, A = [1,2], B = [3,4], stationary start."""
     chain = MarkovChain(COUNTER)
-    e_fwd, e_bwd = boundary_influences([chain], "stat", 1, 2)  # 0-based T2 = 1, T3 = 2
+    e_fwd, e_bwd = boundary_influences(QuiltModel(chain, "stat"), 1, 2)  # 0-based T2 = 1, T3 = 2
     assert e_fwd == pytest.approx(3.9120, abs=1e-4) and e_fwd == pytest.approx(math.log(50), abs=1e-12)
     assert e_bwd == pytest.approx(3.7785, abs=1e-4)
     eps = _rr_leakage(chain, 4, {1: _rr(3, 10.0), 2: _rr(3, 8.0)})
@@ -80,7 +81,7 @@ def test_thm_III1_printed_statement_is_violated_and_the_proved_one_holds():
     proved = thm_III1(10.0, 8.0, e_fwd, e_bwd)
     assert printed == pytest.approx(13.7785, abs=1e-4) and true > printed + 0.1  # the printed one fails
     assert proved == pytest.approx(13.9120, abs=1e-4) and true <= proved
-    verdict = parallel_general([PufferfishRelease(10.0, 0, 1), PufferfishRelease(8.0, 2, 3)], [chain], "stat")
+    verdict = parallel_general([PufferfishRelease(10.0, 0, 1), PufferfishRelease(8.0, 2, 3)], QuiltModel(chain, "stat"))
     assert verdict.applicable and verdict.epsilon == pytest.approx(proved)
 
 
@@ -114,7 +115,7 @@ def test_thm_III1_as_proved_holds_on_random_chains(case):
     eps_b = _rr_leakage(chain, T, {nb: _rr(k, eb)})[t3:].max()
     pair = _rr_leakage(chain, T, {na: _rr(k, ea), nb: _rr(k, eb)})
     true = max(pair[: t2 + 1].max(), pair[t3:].max())
-    e_fwd, e_bwd = boundary_influences([chain], mode, t2, t3)
+    e_fwd, e_bwd = boundary_influences(QuiltModel(chain, mode), t2, t3)
     assert true <= thm_III1(eps_a, eps_b, e_fwd, e_bwd) + 1e-9
 
 
@@ -131,24 +132,27 @@ def test_boundary_influences_match_enumeration_and_modes_are_ordered():
     def spread(cond):
         return max(np.log(cond[a] / cond[b]).max() for a in range(3) for b in range(3) if a != b)
 
-    e_f, e_b = boundary_influences([chain], "q", t2, t3)
-    assert e_f == pytest.approx(spread(fwd), abs=1e-12) and e_b == pytest.approx(spread(bwd), abs=1e-12)
-    s_f, s_b = boundary_influences([chain], "supq", t2, t3)
-    assert s_f == pytest.approx(e_f, abs=1e-12) and s_b >= e_b - 1e-12
+    e_f, e_b = boundary_influences(QuiltModel(chain, "q"), t2, t3)
+    assert e_f == pytest.approx(spread(fwd), abs=1e-9) and e_b == pytest.approx(spread(bwd), abs=1e-9)
+    s_f, s_b = boundary_influences(QuiltModel(chain, "supq"), t2, t3)
+    assert s_f == pytest.approx(e_f, abs=1e-9) and s_b >= e_b - 1e-12
+    for q in ([1, 0, 0], [0, 0, 1], [0.2, 0.3, 0.5]):  # supq bounds every start (point masses are the worst)
+        assert s_b >= boundary_influences(QuiltModel(chain, "q", initial=q), t2, t3)[1] - 1e-12
+    assert boundary_influences(QuiltModel(chain, "approx"), t2, t3) == (s_f, s_b)  # exact, not Lemma II.3
     # Θ as a set: the max over its chains
+    a = MarkovChain(chain.matrix)
     other = MarkovChain([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [0.25, 0.25, 0.5]])
-    both = boundary_influences([chain, other], "stat", t2, t3)
-    each = [boundary_influences([c], "stat", t2, t3) for c in (chain, other)]
+    both = boundary_influences(QuiltModel([a, other], "stat"), t2, t3)
+    each = [boundary_influences(QuiltModel(c, "stat"), t2, t3) for c in (a, other)]
     assert both == (max(e[0] for e in each), max(e[1] for e in each))
 
 
 def test_boundary_influence_is_infinite_when_a_value_is_impossible_under_one_state():
-    chain = MarkovChain([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5], [0.5, 0.0, 0.5]])
-    assert boundary_influences([chain], "stat", 0, 1)[0] == math.inf
+    model = QuiltModel(MarkovChain([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5], [0.5, 0.0, 0.5]]), "stat")
+    assert boundary_influences(model, 0, 1) == (math.inf, math.inf)
+    assert math.isfinite(boundary_influences(model, 0, 2)[0])  # P² > 0
     with pytest.raises(CompositionError):
-        boundary_influences([chain], "stat", 3, 3)
-    with pytest.raises(CompositionError):
-        boundary_influences([chain], "nonsense", 0, 1)
+        boundary_influences(model, 3, 3)
 
 
 # ------------------------------------------------------------------------------ Theorem III.6
@@ -224,11 +228,11 @@ def test_thm_III3_conditions_are_checked_one_by_one():
 def test_paper_bounds_reports_not_composed_when_no_rule_applies():
     chain = MarkovChain(COUNTER)
     overlapping = [PufferfishRelease(1.0, 0, 3), PufferfishRelease(1.0, 2, 5)]
-    verdicts = paper_bounds(overlapping, [chain], "stat")
+    verdicts = paper_bounds(overlapping, QuiltModel(chain, "stat"))
     assert not any(v.applicable for v in verdicts)
     assert verdicts[-1].rule == "not composed" and "Thm III.4" in verdicts[-1].reason
     disjoint = [PufferfishRelease(1.0, 0, 3), PufferfishRelease(1.0, 6, 9)]
-    verdicts = paper_bounds(disjoint, [chain], "stat")
+    verdicts = paper_bounds(disjoint, QuiltModel(chain, "stat"))
     assert [v.rule for v in verdicts if v.applicable] == ["Thm III.1 (as proved; disjoint segments)"]
     assert "no model" in paper_bounds(disjoint)[3].reason
 

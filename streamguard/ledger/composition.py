@@ -31,12 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
 
-from ..chain import MarkovChain
+from ..quilt.influence import MODES, ChainTables
+from ..quilt.model import QuiltModel
 
-#: Max-influence modes of an MQM release (streamguard.quilt).
-MQM_MODES = ("q", "stat", "supq", "approx", "approx-rev")
+#: Max-influence modes of an MQM release.
+MQM_MODES = MODES
 #: The MQMApprox modes (Lemma II.3 bounds; translation-invariant), the setting of Thm III.3.
 APPROX_MODES = ("approx", "approx-rev")
 
@@ -276,13 +276,11 @@ def thm_III3(releases: Sequence[Release]) -> Verdict:
     return Composed(rule, max(A.epsilon, B.epsilon), f"positions {A.lo}..{A.hi} and {B.lo}..{B.hi} only")
 
 
-def parallel_general(
-    releases: Sequence[Release], chains: Sequence[MarkovChain], mode: str
-) -> Verdict:
+def parallel_general(releases: Sequence[Release], model: QuiltModel) -> Verdict:
     """Thm III.1 as proved, on two releases with disjoint windows, any mechanisms (notes/002 §4.6).
 
-    The boundary influences are computed from Θ = ``chains`` under ``mode`` by
-    :func:`boundary_influences`. Covers the secrets of A ∪ B only.
+    The boundary influences come from Θ (``model``) by :func:`boundary_influences`. Covers the
+    secrets of A ∪ B only.
     """
     rule = "Thm III.1 (as proved; disjoint segments)"
     if len(releases) != 2:
@@ -290,27 +288,24 @@ def parallel_general(
     A, B = sorted(releases, key=lambda r: r.lo)
     if A.hi >= B.lo:
         return NotApplicable(rule, "the windows overlap: Thm III.1 needs disjoint segments")
-    e_fwd, e_bwd = boundary_influences(chains, mode, A.hi, B.lo)
+    e_fwd, e_bwd = boundary_influences(model, A.hi, B.lo)
     eps = thm_III1(A.epsilon, B.epsilon, e_fwd, e_bwd)
     return Composed(rule, eps, f"positions {A.lo}..{A.hi} and {B.lo}..{B.hi} only")
 
 
 def paper_bounds(
-    releases: Sequence[Release],
-    chains: Sequence[MarkovChain] | None = None,
-    mode: str | None = None,
-    T: int | None = None,
+    releases: Sequence[Release], model: QuiltModel | None = None, T: int | None = None
 ) -> tuple[Verdict, ...]:
     """Every paper rule's verdict on ``releases`` (for the audit log).
 
-    Thm III.1 needs Θ (``chains``, ``mode``) for its boundary influences; without them it is
+    Thm III.1 needs Θ (``model``) for its boundary influences; without it it is
     reported as not applicable. If no rule applies, the last verdict says so explicitly: the
     releases are **not composed** by any theorem (Thm III.4: arbitrary Pufferfish mechanisms on
     the same data have no linear composition).
     """
     verdicts: list[Verdict] = [thm_III7(releases, T), thm_II6(releases, T), thm_III3(releases)]
-    if chains is not None and mode is not None:
-        verdicts.append(parallel_general(releases, chains, mode))
+    if model is not None:
+        verdicts.append(parallel_general(releases, model))
     else:
         verdicts.append(NotApplicable("Thm III.1 (as proved; disjoint segments)", "no model given for the boundary influences"))
     if not any(v.applicable for v in verdicts):
@@ -333,72 +328,25 @@ def _mqm_same_model(releases: Sequence[Release]) -> str | None:
 # --------------------------------------------------------------------- boundary influences
 
 
-def boundary_influences(chains: Sequence[MarkovChain], mode: str, t2: int, t3: int) -> tuple[float, float]:
-    """(e_Θ(X_{t3} | X_{t2}), e_Θ(X_{t2} | X_{t3})) for positions t2 < t3 (Def II.2, notes/002 §3.2).
+def boundary_influences(model: QuiltModel, t2: int, t3: int) -> tuple[float, float]:
+    """(e_Θ(X_{t3} | X_{t2}), e_Θ(X_{t2} | X_{t3})) for 0-based positions t2 < t3 (Def II.2).
 
-    With d = t3 − t2, for each θ = (q, P) and states s ≠ t of positive probability:
-
-        forward  = max_y log P^d(s, y)/P^d(t, y)
-        backward = max_{x : μ_{t2}(x) > 0} log P^d(x, s)/P^d(x, t) + log μ_{t3}(t) − log μ_{t3}(s)
-
-    (P(X_{t2} = x | X_{t3} = s) = μ_{t2}(x) P^d(x, s)/μ_{t3}(s), and μ_{t2}(x) cancels). The
-    marginals μ follow the mode's Θ: ``q`` — the chain's own initial law (μ_t = q P^t); ``stat`` —
-    π; ``supq``, ``approx``, ``approx-rev`` — every initial law, so the normaliser is
-    sup_q log μ_{t3}(t)/μ_{t3}(s) = max_x log P^{t3}(x, t)/P^{t3}(x, s) (attained at point masses)
-    and x ranges over all states (an upper bound on the sup over q, exact for the forward term).
-    The result is the max over θ ∈ Θ; +∞ when a value is possible under one state and not another.
+    These are max-influences of one-sided quilts, read from the quilt module's exact tables
+    (notes/002 §3.2): e(X_{t3} | X_{t2}) is the quilt {X_{i+d}} of node i = t2 (forward term
+    fwd_d = max_y log P^d(s,y)/P^d(t,y)) and e(X_{t2} | X_{t3}) the quilt {X_{j−d}} of node j = t3
+    (backward term with the mode's normaliser), d = t3 − t2, maxed over secret pairs and θ ∈ Θ.
+    For the MQMApprox modes Θ is "every initial law", and the exact E-supq tables are used rather
+    than the looser Lemma II.3 bound (both are valid; the exact one is tighter). Tables round e up
+    (``E_SLACK``); +∞ when a value is possible under one state and not another.
     """
-    if mode not in MQM_MODES:
-        raise CompositionError(f"mode must be one of {', '.join(MQM_MODES)}")
-    if not (0 <= t2 < t3):
+    if not (isinstance(t2, int) and isinstance(t3, int) and 0 <= t2 < t3):
         raise CompositionError("boundary influences need positions 0 ≤ t2 < t3")
-    if not chains:
-        raise CompositionError("Θ must hold at least one chain")
-    fwd = bwd = 0.0
-    for chain in chains:
-        f, b = _boundary_one(chain, mode, t2, t3)
-        fwd, bwd = max(fwd, f), max(bwd, b)
-    return fwd, bwd
-
-
-def _boundary_one(chain: MarkovChain, mode: str, t2: int, t3: int) -> tuple[float, float]:
-    P = chain.matrix
-    k = chain.k
-    Pd = np.linalg.matrix_power(P, t3 - t2)
-    if mode in ("q", "stat"):
-        q = chain.initial if mode == "q" else chain.stationary_law
-        mu2, mu3 = q @ np.linalg.matrix_power(P, t2), q @ np.linalg.matrix_power(P, t3)
-        possible2, possible3, rows2 = mu2 > 0, mu3 > 0, mu2 > 0
-        norm = _log_ratio_matrix(mu3[None, :], mu3[None, :], np.array([True]))  # [t, s] = log μ3(t)/μ3(s)
-    else:
-        Pt2, Pt3 = np.linalg.matrix_power(P, t2), np.linalg.matrix_power(P, t3)
-        possible2, possible3, rows2 = Pt2.max(axis=0) > 0, Pt3.max(axis=0) > 0, np.ones(k, dtype=bool)
-        norm = _log_ratio_matrix(Pt3, Pt3, np.ones(k, dtype=bool))  # [t, s] = max_x log P^t3(x,t)/P^t3(x,s)
-    fwd = _log_ratio_matrix(Pd.T, Pd.T, np.ones(k, dtype=bool))  # [s, t] = max_y log P^d(s,y)/P^d(t,y)
-    back = _log_ratio_matrix(Pd, Pd, rows2)  # [s, t] = max_x log P^d(x,s)/P^d(x,t)
-    e_f = e_b = 0.0
-    for s in range(k):
-        for t in range(k):
-            if s == t:
-                continue
-            if possible2[s] and possible2[t]:
-                e_f = max(e_f, fwd[s, t])
-            if possible3[s] and possible3[t]:
-                e_b = max(e_b, back[s, t] + norm[t, s])
-    return float(e_f), float(e_b)
-
-
-def _log_ratio_matrix(num: NDArray[np.float64], den: NDArray[np.float64], rows: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """R[s, t] = max over rows x (where ``rows[x]``) of log num[x, s]/den[x, t]; a row where both
-    are 0 is skipped, numerator > 0 = denominator gives +∞; −∞ if every row is skipped."""
-    k = num.shape[1]
-    out = np.full((k, k), -math.inf)
-    for x in np.flatnonzero(rows):
-        for s in range(k):
-            for t in range(k):
-                a, b = num[x, s], den[x, t]
-                if a > 0 and b > 0:
-                    out[s, t] = max(out[s, t], math.log(a) - math.log(b))
-                elif a > 0:
-                    out[s, t] = math.inf
-    return out
+    d = t3 - t2
+    fwd_e = bwd_e = 0.0
+    for theta, chain in enumerate(model.chains):
+        tables = ChainTables(chain, "supq") if model.mode in APPROX_MODES else model.tables(theta)
+        _, fwd = tables.node(t2 + 1, 0, d)  # the tables speak the paper's 1-based nodes
+        bwd, _ = tables.node(t3 + 1, d, 0)
+        fwd_e = max(fwd_e, float(np.max(fwd[d], initial=0.0)))
+        bwd_e = max(bwd_e, float(np.max(bwd[d], initial=0.0)))
+    return fwd_e, bwd_e
