@@ -61,27 +61,30 @@ def polytope_vertices(b: NDArray[np.float64], lo: NDArray[np.float64], hi: NDArr
     found: list[NDArray[np.float64]] = []
     for k in range(1, min(n, n_s) + 1):
         all_supports = np.array(list(combinations(range(n), k)), dtype=np.int64)
+        choices = list(product((0, 1), repeat=k - 1))            # lower (0) or upper (1) bound per row
+        sides = np.array(choices, dtype=np.int64).reshape(len(choices), k - 1)
         for start in range(0, len(all_supports), CHUNK):
             supports = all_supports[start:start + CHUNK]
             b_t = b[:, supports]                                   # (S, C, k)
             for rows in combinations(range(n_s), k - 1):
                 mats = np.ones((len(supports), k, k))
                 mats[:, 1:, :] = b_t[list(rows)].transpose(1, 0, 2)
-                good = np.abs(np.linalg.det(mats)) > DET_TOL
-                if not good.any():
+                good = np.flatnonzero(np.abs(np.linalg.det(mats)) > DET_TOL)
+                if not good.size:
                     continue
-                inv = np.linalg.inv(mats[good])                     # (G, k, k)
-                b_good = b_t[:, good]                               # (S, G, k)
-                for sides in product((0, 1), repeat=k - 1):
-                    rhs = np.concatenate(([1.0], sides_bounds[list(sides), list(rows)]))
-                    v = inv @ rhs                                   # (G, k)
-                    bv = np.einsum("sgk,gk->gs", b_good, v)
-                    keep = ((v.min(axis=1) >= -VERTEX_TOL)
-                            & np.all(bv >= lo - VERTEX_TOL, axis=1) & np.all(bv <= hi + VERTEX_TOL, axis=1))
-                    if keep.any():
-                        full = np.zeros((int(keep.sum()), n))
-                        np.put_along_axis(full, supports[good][keep], v[keep], axis=1)
-                        found.append(full)
+                rhs = np.ones((k, len(sides)))                     # one column per choice of sides
+                rhs[1:] = sides_bounds[sides.T, np.array(rows, dtype=np.int64)[:, None]]
+                v = np.linalg.inv(mats[good]) @ rhs                 # (G, k, sides)
+                g, side = np.nonzero(v.min(axis=1) >= -VERTEX_TOL)  # reject negative solutions first
+                if not g.size:
+                    continue
+                v = v[g, :, side]                                   # (G', k)
+                bv = np.einsum("sgk,gk->gs", b_t[:, good[g]], v)
+                keep = np.all(bv >= lo - VERTEX_TOL, axis=1) & np.all(bv <= hi + VERTEX_TOL, axis=1)
+                if keep.any():
+                    full = np.zeros((int(keep.sum()), n))
+                    np.put_along_axis(full, supports[good[g[keep]]], v[keep], axis=1)
+                    found.append(full)
     if not found:
         return np.empty((0, n))
     verts = np.concatenate(found)

@@ -206,9 +206,10 @@ class _Groups:
     def best(self, members: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
         """Index of the candidate whose union with ``members`` has the lowest risk (ties: first)."""
         a, m = self.sums(members)
-        cand = [self.sums(c) for c in candidates]
-        ca = np.stack([c[0] for c in cand], axis=1)
-        cm = np.array([c[1] for c in cand])
+        indicator = np.zeros((self.p.shape[1], len(candidates)))
+        for j, cand in enumerate(candidates):
+            indicator[list(cand), j] = 1.0
+        ca, cm = self.p @ indicator, self.p_x @ indicator
         lifts = (a[:, None] + ca) / (self.p_s[:, None] * (m + cm)[None, :])
         return int(np.argmin(self.crit.risk(lifts, self.p_s)))
 
