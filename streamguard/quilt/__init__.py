@@ -9,6 +9,7 @@
 Positions: witnesses use the paper's 1-based node index; the accountant uses 0-based stream positions.
 """
 
+from .accountant import QuiltAccountant
 from .influence import MODES, TRANSLATION_INVARIANT_MODES, max_influence
 from .model import QuiltModel
 from .scale import (
@@ -26,6 +27,7 @@ __all__ = [
     "MODES",
     "TRANSLATION_INVARIANT_MODES",
     "InfiniteScaleError",
+    "QuiltAccountant",
     "QuiltModel",
     "Scale",
     "Witness",
