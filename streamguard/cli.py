@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from . import cli_mqm
 from .audit import brute_force_leakage, exact_leakage
 from .audit.brute import MAX_WORK
 from .chain import MarkovChain, ModelError
@@ -466,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--broker", type=_broker_arg, help="use this MQTT broker (HOST:PORT, loopback) instead of "
                    "the embedded one")
     d.set_defaults(func=cmd_demo)
+    cli_mqm.register(sub)
     return parser
 
 
