@@ -8,9 +8,17 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streamguard import MarkovChain
 from streamguard.audit.pufferfish import EvaluatorError, LaplaceRelease, pufferfish_epsilon
+from streamguard.ledger.composition import MqmRelease, thm_III7
+from streamguard.quilt import QuiltModel, sigma_inf, sigma_max, sigma_supq
+from streamguard.quilt import release as aggregate
+from streamguard.quilt.accountant import QuiltAccountant
+from streamguard.quilt.release import AggregateRelease
+from streamguard.sampling import SeededSource
 
 E = math.e
 P_CE, Q_CE = 0.9, 0.01  # notes/002 §4.4–5: P(X2=1|X1=1) = p, P(X2=1|X1=0) = q
@@ -127,3 +135,138 @@ def test_impossible_secrets_are_excluded_and_limits_are_enforced():
         pufferfish_epsilon(chain, 3, [LaplaceRelease.count(2, 1, 0, 5, 1.0)])
     with pytest.raises(EvaluatorError):
         LaplaceRelease.count(2, 1, 0, 1, 0.0)
+
+
+# ------------------------------------------------- MQM releases against their claims (quilt module)
+
+C3 = [[0.6, 0.4], [0.4, 0.6]]
+STICKY = [[0.9, 0.1], [0.1, 0.9]]
+
+
+def _evaluated(rel: AggregateRelease) -> LaplaceRelease:
+    """The exact law an aggregate release record describes, in lattice steps at its *realised* noise scale
+    (a mean's lattice is its grid: the window sum of grid units; dividing by |W| is post-processing)."""
+    k, beta = rel.query["k"], rel.noise_scale
+    if rel.kind == "histogram":
+        return LaplaceRelease.histogram(k, rel.lo, rel.hi, beta)
+    if rel.kind == "count":
+        return LaplaceRelease.count(k, rel.query["state"], rel.lo, rel.hi, beta)
+    return LaplaceRelease.sum_of(rel.query["grid_units"], rel.lo, rel.hi, beta)
+
+
+@st.composite
+def _chain_case(draw, modes):
+    k = draw(st.sampled_from([2, 3]))
+    rows = [draw(st.lists(st.floats(0.05, 1.0), min_size=k, max_size=k)) for _ in range(k)]
+    P = np.array(rows) / np.array(rows).sum(axis=1, keepdims=True)
+    mode = draw(st.sampled_from(modes))
+    w = np.array(draw(st.lists(st.floats(0.05, 1.0), min_size=k, max_size=k)))
+    q = w / w.sum()
+    T = draw(st.integers(2, 8 if k == 2 else 6))
+    # the adversary the evaluator plays: π for stat, the model's q for q, an arbitrary start otherwise
+    adversary = MarkovChain(P) if mode == "stat" else MarkovChain(P, q)
+    model = QuiltModel(MarkovChain(P) if mode in ("stat", "supq", "approx") else MarkovChain(P, q), mode)
+    return model, adversary, T
+
+
+@given(_chain_case(["stat", "supq", "q", "approx"]), st.data())
+def test_a_single_mqm_release_is_within_its_epsilon(case, data):
+    """Property: exact Pufferfish ε of one released histogram / count / mean record ≤ its ε target,
+    for σ_max(T) (and σ_∞ / σ̄_supq) from the quilt module, under every modelled adversary."""
+    model, adversary, T = case
+    k = model.k
+    eps = data.draw(st.floats(0.3, 4.0))
+    lo = data.draw(st.integers(0, T - 1))
+    hi = data.draw(st.integers(lo, T - 1))
+    scales = [sigma_max(model, eps, T)]
+    if model.mode in ("stat", "approx"):
+        scales.append(sigma_inf(model, eps))
+    elif model.mode == "supq":
+        scales.append(sigma_supq(model, eps))
+    scale = data.draw(st.sampled_from(scales))
+    kind = data.draw(st.sampled_from(["histogram", "count", "mean"]))
+    states = np.zeros(hi - lo + 1, dtype=np.int64)  # the values do not matter: the law is evaluated
+    src = SeededSource(0)
+    if kind == "histogram":
+        rel = aggregate.histogram(states, lo, k, scale, model.identifier, src)
+    elif kind == "count":
+        rel = aggregate.count(states, lo, k, data.draw(st.integers(0, k - 1)), scale, model.identifier, src)
+    else:
+        vals = data.draw(st.lists(st.integers(0, 4), min_size=k, max_size=k))
+        rel = aggregate.mean(states, lo, [v / 4 for v in vals], 0.0, 1.0, 0.25, scale, model.identifier, src)
+    true = pufferfish_epsilon(adversary, T, [_evaluated(rel)]).epsilon
+    assert true <= rel.epsilon + 1e-9
+
+
+@given(_chain_case(["stat", "supq", "approx"]), st.data())
+def test_release_sequences_within_accountant_within_sum(case, data):
+    """Property: exact ε of 2–3 MQM releases (any windows, different ε and quilts) ≤ the quilt
+    accountant's ε_max ≤ Σ ε_k (Thm III.7, whose conditions hold: whole-chain σ's)."""
+    model, adversary, T = case
+    k = model.k
+    acc = QuiltAccountant(model)
+    rels, records = [], []
+    for _ in range(data.draw(st.integers(2, 3))):
+        eps = data.draw(st.floats(0.3, 4.0))
+        lo = data.draw(st.integers(0, T - 1))
+        hi = data.draw(st.integers(lo, T - 1))
+        whole = sigma_max(model, eps, T)
+        free = sigma_supq(model, eps) if model.mode == "supq" else sigma_inf(model, eps)
+        scale = data.draw(st.sampled_from([whole, free]))
+        rel = aggregate.count(np.zeros(hi - lo + 1, dtype=np.int64), lo, k, data.draw(st.integers(0, k - 1)),
+                              scale, model.identifier, SeededSource(0))
+        acc.record(rel.lo, rel.hi, rel.load)
+        rels.append(rel)
+        records.append(MqmRelease(rel.epsilon, rel.lo, rel.hi, rel.model, rel.mode, rel.T))
+    true = pufferfish_epsilon(adversary, T, [_evaluated(r) for r in rels]).epsilon
+    paper = thm_III7(records, T)
+    assert paper.applicable and paper.epsilon == pytest.approx(sum(r.epsilon for r in rels))
+    assert true <= acc.eps_max() + 1e-9
+    assert acc.eps_max() <= paper.epsilon + 1e-9
+
+
+@pytest.mark.parametrize("T,eps,windows,true,accountant", [
+    (8, [1, 2], None, 2.0361, 2.2800),
+    (7, [1, 2, 4], None, 5.4585, 5.4690),
+    (8, [4, 4], None, 7.1872, 7.1891),
+    (8, [2, 2], [(0, 3), (4, 7)], 1.6837, 2.0),
+    (12, [2, 2], [(0, 3), (8, 11)], 1.6465, 2.0),
+])
+def test_notes_accountant_table_C3(T, eps, windows, true, accountant):
+    """notes/002 §4.7 table: count releases on C3 with E-stat σ_max(T): true ≤ accountant ≤ Σ ε."""
+    chain = MarkovChain(C3)
+    model = QuiltModel(chain, "stat")
+    acc = QuiltAccountant(model)
+    rels = []
+    for n, e in enumerate(eps):
+        lo, hi = windows[n] if windows else (0, T - 1)
+        sigma = sigma_max(model, e, T).sigma
+        rels.append(LaplaceRelease.count(2, 1, lo, hi, sigma))
+        acc.record(lo, hi, 1 / sigma)
+    assert pufferfish_epsilon(chain, T, rels).epsilon == pytest.approx(true, abs=1e-4)
+    assert acc.eps_max() == pytest.approx(accountant, abs=1e-4)
+    assert acc.eps_max() <= sum(eps) + 1e-9
+
+
+@pytest.mark.parametrize("P,eps,W,T,short,stream", [
+    (STICKY, 4.0, 3, 6, 4.7257, 1.5007),
+    (STICKY, 3.0, 4, 8, 3.4669, 0.9589),
+    (STICKY, 1.0, 3, 6, 1.4409, None),
+    (C3, 1.0, 4, 8, None, 0.4177),
+    (C3, 2.0, 3, 6, None, 1.6795),
+])
+def test_tumbling_windows_need_sigma_inf_not_the_short_window_sigma(P, eps, W, T, short, stream):
+    """notes/002 §6.7: adjacent windows each with its own σ_max(W) exceed ε; with σ_∞(ε) they stay within."""
+    chain = MarkovChain(P)
+    model = QuiltModel(chain, "stat")
+    starts = range(0, T, W)
+    if short is not None:
+        s = sigma_max(model, eps, W).sigma
+        got = pufferfish_epsilon(chain, T, [LaplaceRelease.count(2, 1, j, j + W - 1, s) for j in starts]).epsilon
+        assert got == pytest.approx(short, abs=1e-4) and got > eps
+        records = [MqmRelease(eps, j, j + W - 1, model.identifier, "stat", W) for j in starts]
+        assert not thm_III7(records).applicable  # the paper rule refuses them too
+    if stream is not None:
+        s = sigma_inf(model, eps).sigma
+        got = pufferfish_epsilon(chain, T, [LaplaceRelease.count(2, 1, j, j + W - 1, s) for j in starts]).epsilon
+        assert got == pytest.approx(stream, abs=1e-4) and got <= eps
