@@ -1,0 +1,305 @@
+"""One stream's privacy book: the guarantees its recorded releases give, family by family.
+
+A :class:`StreamBook` is fed the events of one stream (device, stream) in ledger order and keeps
+only what the composition rules need. Each family is composed by the rule that supports it
+(DESIGN.md §4, §8) — and only by that rule:
+
+* **aggregate** — the per-position quilt accountant (notes/002 §4.7):
+  ε_i(θ) = min over quilts X_Q of X_i of [Σ_{j∈N} ρ_j + e_θ(X_Q|X_i)], ε = max_i ε_i. The load
+  ρ_j = Σ_k L_k/β_k does not depend on the model, so *every* aggregate release of the stream is
+  fed to the accountant of *every* model any of them was calibrated under; the guarantee under
+  the union of those models is the max of their ε (a Pufferfish guarantee over Θ₁ ∪ Θ₂ is the
+  worse of the two). Sequential and parallel composition (overlapping, adjacent or distant
+  windows) are both encoded by the windows (notes/002 §4.7 "Properties").
+* **redaction** — each private position's own exact leakage (notes/000 §4.1). Several marks on a
+  stream combine by the element-wise maximum of their rows (notes/000 §4.5), a post-processing of
+  each mark's plan, so each mark's number stands alone; the family's guarantee is the worst mark.
+  Several events for one position (e.g. planned, then achieved) keep their maximum.
+* **channel** — the designer's per-record claims and the exact stream leakage:
+  - ``ldp_x`` claims compose by summation over the channels that released the same record
+    (independent ε_k-LDP channels on one input); a record's guarantee is the sum, the family's
+    the max over records;
+  - every other per-record notion (LDP w.r.t. a correlated S, lift, …) is a Pufferfish-type
+    guarantee with no linear composition (notes/002 §4.4, Thm III.4): a record released by two
+    such channels is reported as **not composed**;
+  - ``stream_leakage`` is the exact leakage about any position of a stream whose records are
+    *all* released through that channel (``audit.exact``). Releasing a subset of them is a
+    marginalisation, so events of one channel (same ``channel`` and ``model``) on disjoint records
+    share that number; two different channels on a stream, or one record released twice, have no
+    composition rule — **not composed**.
+
+Across families there is no composition theorem in the notes (MQM aggregates are Pufferfish
+about every position, redaction and channels are LDP-style about chosen positions or records;
+Thm III.6 would need a max-divergence bound E that nobody computes). The book states that for
+every pair of families present on the stream, with the positions they share, and never adds
+their numbers up.
+
+The budget filter asks :meth:`StreamBook.excess` which guarantee an event would push over a
+budget; "not composed" counts as +∞ there (fail closed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..quilt.accountant import QuiltAccountant
+from ..quilt.model import QuiltModel
+from .events import (
+    FAMILIES,
+    LDP_X,
+    AggregateEvent,
+    ChannelEvent,
+    Event,
+    Family,
+    RedactionEvent,
+)
+
+#: Why no number is given where two families meet (the odometer's ``reason``).
+CROSS_FAMILY_REASON = {
+    "shared": "both families released positions {lo}..{hi}; no theorem composes {a} with {b} "
+              "(different guarantees, and general Pufferfish mechanisms do not compose linearly: "
+              "notes/002 §4.4, Thm III.4) — each family's number holds for its own releases only",
+    "disjoint": "the families released disjoint positions, but under a Markov model each release "
+                "leaks about correlated neighbours; no theorem composes {a} with {b} here — each "
+                "family's number holds for its own releases only",
+}
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """One number the book reports: ``family``, a ``name`` unique within the stream (e.g.
+    ``"aggregate:eps_max:<model>"``, ``"redaction:mark:17"``), and its ``value`` (None: not composed)."""
+
+    family: Family
+    name: str
+    value: float | None
+
+
+def _spans_meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _max_overlap_sum(spans: list[tuple[int, int, float]], lo: int, hi: int) -> float:
+    """max over records j ∈ [lo, hi] of Σ {w : (a, b, w) ∈ spans, a ≤ j ≤ b} (a sweep)."""
+    points: list[tuple[int, int, float]] = []
+    for a, b, w in spans:
+        a, b = max(a, lo), min(b, hi)
+        if a <= b:
+            points.append((a, 1, w))
+            points.append((b + 1, 0, -w))  # an end at j sorts before a start at j: [a, b] excludes b + 1
+    best = running = 0.0
+    for _, _, w in sorted(points):
+        running += w
+        best = max(best, running)
+    return best
+
+
+@dataclass
+class _Aggregates:
+    events: list[tuple[int, AggregateEvent]] = field(default_factory=list)
+    accountants: dict[str, QuiltAccountant] = field(default_factory=dict)
+
+
+@dataclass
+class _Channels:
+    events: list[tuple[int, ChannelEvent]] = field(default_factory=list)
+
+
+class StreamBook:
+    """The replayed state of one stream (module docstring). ``model_of(id)`` returns the
+    :class:`QuiltModel` an aggregate event names (the ledger registers them)."""
+
+    def __init__(self, device: str, stream: str, model_of: Callable[[str], QuiltModel]) -> None:
+        self.device = device
+        self.stream = stream
+        self._model_of = model_of
+        self._agg = _Aggregates()
+        self._marks: dict[int, list[tuple[int, RedactionEvent]]] = {}
+        self._chan = _Channels()
+
+    # -- feeding ---------------------------------------------------------------------------------
+    def _check_key(self, event: Event) -> None:
+        if event.key != (self.device, self.stream):
+            raise ValueError(f"event of {event.device}/{event.stream} fed to the book of {self.device}/{self.stream}")
+
+    def accountants_after(self, event: AggregateEvent) -> dict[str, QuiltAccountant]:
+        """Fresh copies of this stream's accountants (one more for a new model, fed with every
+        earlier load) with ``event`` recorded; the book itself is unchanged."""
+        self._check_key(event)
+        out: dict[str, QuiltAccountant] = {}
+        for mid in {*self._agg.accountants, event.model}:
+            acc = self._copy_or_new(mid)
+            acc.record(event.lo, event.hi, event.load)
+            out[mid] = acc
+        return out
+
+    def _copy_or_new(self, model_id: str) -> QuiltAccountant:
+        model = self._model_of(model_id)
+        if model_id in self._agg.accountants:
+            return QuiltAccountant.from_json(self._agg.accountants[model_id].to_json(), model)
+        return self._new_accountant(model_id)
+
+    def _new_accountant(self, model_id: str) -> QuiltAccountant:
+        """A fresh accountant for the model, fed with every earlier load (loads are model-free)."""
+        acc = QuiltAccountant(self._model_of(model_id))
+        for _, ev in self._agg.events:
+            acc.record(ev.lo, ev.hi, ev.load)
+        return acc
+
+    def add(self, event_id: int, event: Event, accountants: dict[str, QuiltAccountant] | None = None) -> None:
+        """Record ``event`` (ledger id ``event_id``). For an aggregate, ``accountants`` may be the
+        result of :meth:`accountants_after` for this event; without it the book's accountants are
+        updated in place (replay)."""
+        self._check_key(event)
+        if isinstance(event, AggregateEvent):
+            if accountants is None:
+                if event.model not in self._agg.accountants:
+                    self._agg.accountants[event.model] = self._new_accountant(event.model)
+                for acc in self._agg.accountants.values():
+                    acc.record(event.lo, event.hi, event.load)
+            else:
+                self._agg.accountants = accountants
+            self._agg.events.append((event_id, event))
+        elif isinstance(event, RedactionEvent):
+            self._marks.setdefault(event.position, []).append((event_id, event))
+        else:
+            self._chan.events.append((event_id, event))
+
+    # -- what the releases give ------------------------------------------------------------------
+    @property
+    def aggregate_events(self) -> list[tuple[int, AggregateEvent]]:
+        return list(self._agg.events)
+
+    @property
+    def accountants(self) -> dict[str, QuiltAccountant]:
+        return dict(self._agg.accountants)
+
+    @property
+    def mark_events(self) -> dict[int, list[tuple[int, RedactionEvent]]]:
+        return {p: list(v) for p, v in self._marks.items()}
+
+    @property
+    def channel_events(self) -> list[tuple[int, ChannelEvent]]:
+        return list(self._chan.events)
+
+    def families(self) -> list[Family]:
+        present = {"aggregate": bool(self._agg.events), "redaction": bool(self._marks),
+                   "channel": bool(self._chan.events)}
+        return [f for f in FAMILIES if present[f]]
+
+    def span(self, family: Family) -> tuple[int, int] | None:
+        """The positions [min lo, max hi] the family's releases read, or None."""
+        spans = [ev.span() for ev in self._family_events(family)]
+        if not spans:
+            return None
+        return (min(a for a, _ in spans), max(b for _, b in spans))
+
+    def _family_events(self, family: Family) -> Iterator[Event]:
+        if family == "aggregate":
+            yield from (ev for _, ev in self._agg.events)
+        elif family == "redaction":
+            yield from (ev for evs in self._marks.values() for _, ev in evs)
+        else:
+            yield from (ev for _, ev in self._chan.events)
+
+    def mark_leakage(self, position: int) -> float:
+        """The worst recorded exact leakage about the private position (max over its events)."""
+        return max(ev.total for _, ev in self._marks[position])
+
+    def ldp_x_max(self) -> float | None:
+        """max over records of Σ ε of the ``ldp_x`` claims of the channels that released it."""
+        spans = [(ev.lo, ev.hi, c.epsilon) for _, ev in self._chan.events for c in ev.claims if c.notion == LDP_X]
+        if not spans:
+            return None
+        return _max_overlap_sum(spans, min(a for a, _, _ in spans), max(b for _, b, _ in spans))
+
+    def notion_claims(self) -> dict[str, float | None]:
+        """Per non-``ldp_x`` notion: the max claimed ε, or None when one record was released by two
+        channels with that notion (no composition rule)."""
+        out: dict[str, float | None] = {}
+        seen: dict[str, list[tuple[int, int]]] = {}
+        for _, ev in self._chan.events:
+            for c in ev.claims:
+                if c.notion == LDP_X:
+                    continue
+                spans = seen.setdefault(c.notion, [])
+                clash = any(_spans_meet(s, ev.span()) for s in spans)
+                spans.append(ev.span())
+                prev = out.get(c.notion, 0.0)
+                out[c.notion] = None if clash or prev is None else max(prev, c.epsilon)
+        return out
+
+    def stream_leakage(self) -> tuple[float | None, str | None]:
+        """The channel family's exact stream leakage and, if it cannot be given, why (docstring)."""
+        stated = [(ev.channel, ev.model, ev.span(), ev.stream_leakage) for _, ev in self._chan.events]
+        if all(s is None for *_, s in stated):
+            return None, "no channel release states an exact stream leakage"
+        if any(s is None for *_, s in stated):
+            return None, "a channel release states no exact stream leakage"
+        if len({(c, m) for c, m, _, _ in stated}) > 1:
+            return None, "different channels (or models) released records of this stream; no theorem composes them"
+        spans = sorted(sp for _, _, sp, _ in stated)
+        if any(b[0] <= a[1] for a, b in zip(spans, spans[1:])):
+            return None, "some records were released twice; the stated stream leakage covers one release per record"
+        return max(s for *_, s in stated), None  # type: ignore[type-var]
+
+    def guarantees(self) -> list[Guarantee]:
+        """Every number the book gives (the odometer's and the export's ``declared`` figures)."""
+        out: list[Guarantee] = []
+        for mid, acc in sorted(self._agg.accountants.items()):
+            out.append(Guarantee("aggregate", f"aggregate:eps_max:{mid}", float(acc.eps_max())))
+        for p in sorted(self._marks):
+            out.append(Guarantee("redaction", f"redaction:mark:{p}", self.mark_leakage(p)))
+        ldp = self.ldp_x_max()
+        if ldp is not None:
+            out.append(Guarantee("channel", f"channel:claim:{LDP_X}", ldp))
+        for notion, v in sorted(self.notion_claims().items()):
+            out.append(Guarantee("channel", f"channel:claim:{notion}", v))
+        if any(ev.stream_leakage is not None for _, ev in self._chan.events):
+            out.append(Guarantee("channel", "channel:stream_leakage", self.stream_leakage()[0]))
+        return out
+
+    def cross_family(self) -> list[dict[str, Any]]:
+        """One statement per pair of families present: ``"composed": false`` and why."""
+        fams = self.families()
+        out = []
+        for i, a in enumerate(fams):
+            for b in fams[i + 1:]:
+                sa, sb = self.span(a), self.span(b)
+                assert sa is not None and sb is not None
+                if _spans_meet(sa, sb):
+                    lo, hi = max(sa[0], sb[0]), min(sa[1], sb[1])
+                    reason = CROSS_FAMILY_REASON["shared"].format(lo=lo, hi=hi, a=a, b=b)
+                    shared: list[int] | None = [lo, hi]
+                else:
+                    reason = CROSS_FAMILY_REASON["disjoint"].format(a=a, b=b)
+                    shared = None
+                out.append({"families": [a, b], "composed": False, "shared_positions": shared, "reason": reason})
+        return out
+
+    # -- the budget filter -----------------------------------------------------------------------
+    def excess(self, event: Event, budget: float) -> Guarantee | None:
+        """The first guarantee ``event`` would push over ``budget`` (its would-be value; +∞ for
+        "not composed"), or None if the event fits. Nothing is recorded."""
+        self._check_key(event)
+        if isinstance(event, AggregateEvent):
+            for mid in sorted({*self._agg.accountants, event.model}):
+                acc = self._copy_or_new(mid)
+                if acc.would_exceed(event.lo, event.hi, event.load, budget):
+                    return Guarantee("aggregate", f"aggregate:eps_max:{mid}",
+                                     float(acc.record(event.lo, event.hi, event.load)))
+            return None
+        if isinstance(event, RedactionEvent):
+            prior = self.mark_leakage(event.position) if event.position in self._marks else 0.0
+            value = max(prior, event.total)
+            return Guarantee("redaction", f"redaction:mark:{event.position}", value) if value > budget else None
+        trial = StreamBook(self.device, self.stream, self._model_of)
+        trial._chan.events = [*self._chan.events, (-1, event)]
+        for g in trial.guarantees():
+            value = math.inf if g.value is None else g.value
+            if value > budget:
+                return Guarantee(g.family, g.name, value)
+        return None

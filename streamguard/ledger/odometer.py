@@ -1,0 +1,199 @@
+"""The privacy odometer of one stream: what its recorded releases guarantee, family by family.
+
+:func:`odometer` builds the JSON document the daemon publishes retained on
+``<base>/<device>/<stream>/privacy`` and ``streamguard ledger show`` prints. It reports, per
+family, the numbers of :class:`~streamguard.ledger.book.StreamBook` (each composed by the rule
+that supports it), the budget of the latest admission and what is left of it, the refusals of the
+budget filter, and — where families meet — an explicit ``"composed": false`` with the reason,
+never a sum of numbers that no theorem adds up.
+
+Aggregates also show the paper's composition rules for comparison: Σ_k ε_k (Thm III.7) and
+K·max_k ε_k (Thm II.6), over the releases calibrated under the same model. The quilt accountant
+is never above Σ_k ε_k when those ε_k hold (notes/002 §4.7).
+
+All numbers are nats, hold **under the model** (the Markov model or model set Θ each release
+was calibrated for, in its max-influence mode), and are about positions only. Positions are the
+stream's 0-based record positions (the published ``seq``). Unbounded values are the string
+``"inf"`` (JSON has no infinity).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .book import StreamBook
+from .composition import Composed, MqmRelease, thm_II6, thm_III7
+from .events import LDP_X, AggregateEvent
+from .store import Ledger
+
+UNDER_THE_MODEL = (
+    "Guarantees hold under the stated Markov model(s): Pufferfish privacy of every position for "
+    "aggregates (notes/002), exact LDP-style leakage about each private position for redaction "
+    "(notes/000) and the stated per-record guarantees for channels. An adversary whose beliefs the "
+    "model does not cover is not bounded by these numbers."
+)
+SEEDED_NOTE = "a release used the deterministic (seeded) sampler: its noise is predictable and gives no privacy"
+
+
+def _num(x: float | None) -> float | str | None:
+    if x is None:
+        return None
+    return "inf" if math.isinf(x) else float(x)
+
+
+def _budget(value: float | None, budget: float | None) -> dict[str, Any]:
+    if budget is None:
+        return {"budget": None, "remaining": None}
+    return {"budget": budget, "remaining": None if value is None else _num(budget - value)}
+
+
+def _recent(items: list[Any], limit: int | None) -> tuple[list[Any], bool]:
+    if limit is None or len(items) <= limit:
+        return items, False
+    return items[-limit:], True
+
+
+def paper_rules(own: list[AggregateEvent], others: int) -> dict[str, Any]:
+    """Thm III.7 (Σ ε_k) and Thm II.6 (K·max ε_k) over the releases calibrated under one model,
+    each as ``{"epsilon": …}`` or ``{"not_applicable": reason}`` (``ledger.composition`` checks
+    their conditions). Releases of other models read the same stream: no paper rule covers the mix."""
+    out: dict[str, Any] = {}
+    for name, rule in (("thm_III7_sum", thm_III7), ("thm_II6_k_max", thm_II6)):
+        if others:
+            out[name] = {"not_applicable": f"{others} release(s) calibrated under other models read this stream; "
+                                           "the paper's rules compose releases of one model"}
+            continue
+        verdict = rule([MqmRelease(ev.epsilon, ev.lo, ev.hi, ev.model, ev.mode, ev.T) for ev in own])
+        out[name] = ({"epsilon": _num(verdict.epsilon)} if isinstance(verdict, Composed)
+                     else {"not_applicable": verdict.reason})
+    return out
+
+
+def aggregate_section(book: StreamBook, budget: float | None, limit: int | None) -> dict[str, Any] | None:
+    events = book.aggregate_events
+    if not events:
+        return None
+    accountants = book.accountants
+    models = []
+    for mid, acc in sorted(accountants.items()):
+        own = [ev for _, ev in events if ev.model == mid]
+        others = len(events) - len(own)
+        entry: dict[str, Any] = {
+            "model": mid,
+            "mode": own[0].mode if own else None,
+            "eps_max": _num(float(acc.eps_max())),
+            "releases_calibrated": len(own),
+        }
+        entry["paper"] = paper_rules(own, others)
+        models.append(entry)
+    eps = max(float(acc.eps_max()) for acc in accountants.values())
+    windows, truncated = _recent([[ev.lo, ev.hi, ev.load] for _, ev in events], limit)
+    out: dict[str, Any] = {
+        "rule": "per-position quilt accountant over all aggregate releases (notes/002 §4.7); "
+                "the guarantee under the union of the models is the worst of them",
+        "epsilon": _num(eps),
+        **_budget(eps, budget),
+        "releases": len(events),
+        "covered": list(book.span("aggregate") or []),
+        "windows": windows,  # [lo, hi, load ρ = L/β]
+        "windows_truncated": truncated,
+        "models": models,
+        "deterministic": any(ev.deterministic for _, ev in events),
+        "t_independent": all(ev.t_independent for _, ev in events),
+    }
+    if out["deterministic"]:
+        out["warning"] = SEEDED_NOTE
+    return out
+
+
+def redaction_section(book: StreamBook, budget: float | None, limit: int | None) -> dict[str, Any] | None:
+    by_pos = book.mark_events
+    if not by_pos:
+        return None
+    marks = []
+    for p in sorted(by_pos):
+        evs = [ev for _, ev in by_pos[p]]
+        worst = max(evs, key=lambda ev: ev.total)
+        bad = next((ev for ev in evs if not ev.honoured), None)
+        marks.append({
+            "position": p, "seq": worst.seq, "plan": worst.plan, "epsilon": worst.epsilon,
+            "left": _num(max(ev.left for ev in evs)), "right": _num(max(ev.right for ev in evs)),
+            "total": _num(worst.total), "honoured": bad is None,
+            "reason": None if bad is None else bad.reason, "events": len(evs),
+        })
+    worst_mark = max(marks, key=lambda m: book.mark_leakage(m["position"]))
+    eps = book.mark_leakage(worst_mark["position"])
+    shown, truncated = _recent(marks, limit)
+    return {
+        "rule": "each private position's exact leakage; marks combine by the element-wise maximum of "
+                "their rows, a post-processing of each (notes/000 §4.5)",
+        "epsilon": _num(eps),
+        **_budget(eps, budget),
+        "count": len(marks),
+        "not_honoured": sum(not m["honoured"] for m in marks),
+        "worst": worst_mark,
+        "marks": shown,
+        "marks_truncated": truncated,
+    }
+
+
+def channel_section(book: StreamBook, budget: float | None, limit: int | None) -> dict[str, Any] | None:
+    events = book.channel_events
+    if not events:
+        return None
+    claims: dict[str, Any] = {}
+    ldp = book.ldp_x_max()
+    if ldp is not None:
+        claims[LDP_X] = {"epsilon": _num(ldp), "composed": True,
+                         "rule": "ε-LDP about a record composes by summation over the channels that released it"}
+    for notion, value in sorted(book.notion_claims().items()):
+        claims[notion] = {"epsilon": _num(value), "composed": value is not None,
+                          "rule": "one channel per record" if value is not None else
+                                  "a record was released by two channels with this notion; no theorem composes them"}
+    leak, why = book.stream_leakage()
+    stated = [ev for _, ev in events]
+    recent, truncated = _recent([[ev.lo, ev.hi, ev.channel] for ev in stated], limit)
+    numbers = [v for v in [ldp, leak] if v is not None]
+    return {
+        "rule": "per-record claims as stated by the channel's designer; exact stream leakage under the model",
+        **_budget(max(numbers) if numbers else None, budget),
+        "releases": len(stated),
+        "covered": list(book.span("channel") or []),
+        "channels": sorted({ev.channel for ev in stated}),
+        "claims": claims,
+        "stream_leakage": {"epsilon": _num(leak), "composed": why is None, "reason": why,
+                           "models": sorted({ev.model for ev in stated if ev.model is not None})},
+        "records": recent,  # [lo, hi, channel]
+        "records_truncated": truncated,
+    }
+
+
+def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 100) -> dict[str, Any]:
+    """The odometer document of ``device``/``stream`` (module docstring). Lists of windows,
+    marks and channel records show the latest ``limit`` entries (None: all); every figure is
+    over all of them."""
+    book = ledger.book(device, stream)
+    budgets = ledger.budgets(device, stream)
+    refusals = ledger.refusals(device, stream)
+    by_family: dict[str, int] = {}
+    for r in refusals:
+        by_family[r.event.family] = by_family.get(r.event.family, 0) + 1
+    last = refusals[-1] if refusals else None
+    return {
+        "device": device,
+        "stream": stream,
+        "under_the_model": UNDER_THE_MODEL,
+        "aggregate": aggregate_section(book, budgets.get("aggregate"), limit),
+        "redaction": redaction_section(book, budgets.get("redaction"), limit),
+        "channel": channel_section(book, budgets.get("channel"), limit),
+        "composition": book.cross_family(),
+        "refusals": {
+            "count": len(refusals),
+            "by_family": by_family,
+            "last": None if last is None else {
+                "family": last.event.family, "guarantee": last.guarantee, "would_be": _num(last.would_be),
+                "budget": last.budget, "time": last.stored_at, "span": list(last.event.span())},
+        },
+        "budgets": dict(sorted(budgets.items())),
+    }
