@@ -10,7 +10,7 @@ the tables guarantee), so on a sub-rectangle [a0, a1] × [b0, b1] the smallest e
 
 A rectangle whose bound is not strictly below the incumbent is dropped, so the result equals the
 full enumeration's minimum; among ties the first one found is kept. The one-sided quilts are 1-D
-loops (:func:`one_sided_best`). The searches also return how many table cells they evaluated.
+loops over the one-sided maxima (:func:`one_sided_best`). The searches also return how many table cells they evaluated.
 """
 
 from __future__ import annotations
@@ -174,23 +174,23 @@ def diagonal_score(bwd, fwd, R, eps):  # pragma: no cover - compiled
 
 
 @kernel
-def one_sided_best(bwd, fwd, i, T, eps, cmax):  # pragma: no cover - compiled
+def one_sided_best(EL, ER, i, T, eps, cmax):  # pragma: no cover - compiled
     """Best one-sided or empty quilt of node i (1-based) in a chain of length T.
 
-    Options: ∅ (card T, e = 0), {X_{i+b}} (card i+b−1, e = e(⊥,b)), {X_{i−a}} (card a+T−i,
-    e = e(a,⊥)), with a ≤ min(i−1, rows−1), b ≤ min(T−i, rows−1); cards above ``cmax`` are
-    skipped (they cannot be active). Returns (score, a, b, e) with 0 for an absent side.
+    Options: ∅ (card T, e = 0), {X_{i+b}} (card i+b−1, e = ER[b] = e(⊥,b)), {X_{i−a}} (card a+T−i,
+    e = EL[a] = e(a,⊥)), with a ≤ min(i−1, len(EL)−1), b ≤ min(T−i, len(ER)−1); cards above
+    ``cmax`` are skipped (they cannot be active). Returns (score, a, b, e) with 0 for an absent side.
     """
     best = T / eps
     ba = 0
     bb = 0
     be = 0.0
-    bmax = min(T - i, fwd.shape[0] - 1)
+    bmax = min(T - i, ER.shape[0] - 1)
     for b in range(1, bmax + 1):
         card = i + b - 1
         if card > cmax or card / eps >= best:
             break
-        e = e_value(bwd, fwd, 0, b)
+        e = ER[b]
         if e < eps:
             s = card / (eps - e)
             if s < best:
@@ -198,12 +198,12 @@ def one_sided_best(bwd, fwd, i, T, eps, cmax):  # pragma: no cover - compiled
                 ba = 0
                 bb = b
                 be = e
-    amax = min(i - 1, bwd.shape[0] - 1)
+    amax = min(i - 1, EL.shape[0] - 1)
     for a in range(1, amax + 1):
         card = a + T - i
         if card > cmax or card / eps >= best:
             break
-        e = e_value(bwd, fwd, a, 0)
+        e = EL[a]
         if e < eps:
             s = card / (eps - e)
             if s < best:
@@ -215,10 +215,10 @@ def one_sided_best(bwd, fwd, i, T, eps, cmax):  # pragma: no cover - compiled
 
 
 @kernel
-def one_sided_all(bwd, fwd, T, eps, cmax, score, a_out, b_out, e_out):  # pragma: no cover - compiled
+def one_sided_all(EL, ER, T, eps, cmax, score, a_out, b_out, e_out):  # pragma: no cover - compiled
     """:func:`one_sided_best` for every node i = 1..T of a translation-invariant table."""
     for i in range(1, T + 1):
-        s, a, b, e = one_sided_best(bwd, fwd, i, T, eps, cmax)
+        s, a, b, e = one_sided_best(EL, ER, i, T, eps, cmax)
         score[i - 1] = s
         a_out[i - 1] = a
         b_out[i - 1] = b

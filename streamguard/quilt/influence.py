@@ -105,6 +105,34 @@ def _log_ratio_rows(logpow, r0, s_idx, t_idx, fwd, braw):  # pragma: no cover - 
 
 
 @kernel
+def _log_powers(P, last, n0, out):  # pragma: no cover - compiled
+    """out[r] = log P^r for r ≥ n0, given last = P^{n0−1} (or I when n0 = 0); rows renormalised.
+
+    Returns P^{len(out)−1}. Zero entries stay exactly zero (log = −∞): P is non-negative."""
+    k = P.shape[0]
+    cur = last.copy()
+    for r in range(n0, out.shape[0]):
+        if r > 0:
+            nxt = np.zeros((k, k))
+            for x in range(k):
+                for z in range(k):
+                    pz = cur[x, z]
+                    if pz != 0.0:
+                        for y in range(k):
+                            nxt[x, y] += pz * P[z, y]
+                tot = 0.0
+                for y in range(k):
+                    tot += nxt[x, y]
+                for y in range(k):
+                    nxt[x, y] /= tot
+            cur = nxt
+        for x in range(k):
+            for y in range(k):
+                out[r, x, y] = np.log(cur[x, y]) if cur[x, y] > 0.0 else -np.inf
+    return cur
+
+
+@kernel
 def _braw_masked(logpow_r, mask, s_idx, t_idx, out):  # pragma: no cover - compiled
     """out[p] = max_{x: mask[x]} log P^r(x,s)/P^r(x,t) (E-q: x ranges over supp μ_{i−a})."""
     k = logpow_r.shape[0]
@@ -135,7 +163,8 @@ def _finish_rows(vals, r0, slack):  # pragma: no cover - compiled
     """
     for p in range(vals.shape[1]):
         vals[0, p] = 0.0
-        for r in range(max(r0, 1), vals.shape[0]):
+    for r in range(max(r0, 1), vals.shape[0]):
+        for p in range(vals.shape[1]):
             v = vals[r, p]
             if v != v:
                 v = np.inf
@@ -164,6 +193,11 @@ def e_table_reference(bwd: NDArray[np.float64], fwd: NDArray[np.float64]) -> NDA
     if bwd.shape[1] == 0:
         return np.zeros((bwd.shape[0], fwd.shape[0]))
     return np.max(bwd[:, None, :] + fwd[None, :, :], axis=2, initial=0.0)
+
+
+def side_maxima(table: NDArray[np.float64]) -> NDArray[np.float64]:
+    """One-sided values: row r ↦ max(0, max_p table[r, p]) (= e(r, ⊥) for bwd, e(⊥, r) for fwd)."""
+    return np.max(table, axis=1, initial=0.0)
 
 
 def finish_reference(vals: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -308,13 +342,7 @@ class ChainTables:
         n0, k = self._n, self.k
         logpow = np.empty((n_new, k, k))
         logpow[:n0] = self._logpow
-        M = self._last_power
-        for r in range(n0, n_new):
-            if r > 0:
-                M = M @ self.chain.matrix
-                M = M / M.sum(axis=1, keepdims=True)
-            logpow[r] = _log(M)
-        self._last_power = M
+        self._last_power = _log_powers(self.chain.matrix, self._last_power, n0, logpow)
         fwd_raw = np.empty((n_new, len(self.s_idx)))
         braw = np.empty((n_new, len(self.s_idx)))
         fwd_raw[:n0], braw[:n0] = self._fwd_raw, self._braw

@@ -49,8 +49,12 @@ import numpy as np
 from streamguard.chain import ModelError
 
 from ._search import bb_load, bb_score, diagonal_score, one_sided_all, one_sided_best
-from .influence import ChainTables, e_table_reference, e_value
+from .influence import ChainTables, e_table_reference, e_value, side_maxima
 from .model import QuiltModel
+
+
+#: Chains up to this length skip σ_∞ in :func:`sigma_max` (tables up to T are cheap; σ_∞ may need more).
+DIRECT_MAX_T = 2048
 
 
 class InfiniteScaleError(ModelError):
@@ -169,7 +173,8 @@ def _bounded_inf(tab: ChainTables, eps: float) -> _Best | None:
 
 
 def _sigma_max_translation_invariant(tab: ChainTables, eps: float, T: int) -> _Best:
-    inf_best = _bounded_inf(tab, eps)
+    # σ_∞ only pays for long chains (shortcut and radius); short ones search radius T directly
+    inf_best = _bounded_inf(tab, eps) if T > DIRECT_MAX_T else None
     sigma_inf = inf_best.sigma if inf_best is not None else math.inf
     if inf_best is not None:
         Rs = _card_bound(sigma_inf, eps)
@@ -189,7 +194,7 @@ def _sigma_max_translation_invariant(tab: ChainTables, eps: float, T: int) -> _B
     score = np.empty(T)
     a_o, b_o = np.empty(T, dtype=np.int64), np.empty(T, dtype=np.int64)
     e_o = np.empty(T)
-    one_sided_all(bwd, fwd, T, eps, cmax, score, a_o, b_o, e_o)
+    one_sided_all(side_maxima(bwd), side_maxima(fwd), T, eps, cmax, score, a_o, b_o, e_o)
     vals = np.minimum(score, S)
     i_star = int(np.argmax(vals))
     node = i_star + 1
@@ -204,7 +209,7 @@ def _node_best(tab: ChainTables, eps: float, T: int, i: int, R: int, cmax: int) 
     """Exact σ_i of node i with tables of that node (E-q / E-supq)."""
     A, B = min(i - 1, R), min(T - i, R)
     bwd, fwd = tab.node(i, A, B)
-    s1, a1, b1, e1 = one_sided_best(bwd, fwd, i, T, eps, cmax)
+    s1, a1, b1, e1 = one_sided_best(side_maxima(bwd), side_maxima(fwd), i, T, eps, cmax)
     s2, a2, b2, e2, cells = bb_score(bwd, fwd, A, B, cmax, eps, s1)
     if a2 > 0:
         return _Best(s2, i, a2, b2, e2, cells)
