@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from . import cli_ledger
 from . import cli_mqm
 from .audit import brute_force_leakage, exact_leakage
 from .audit.brute import MAX_WORK
@@ -468,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the embedded one")
     d.set_defaults(func=cmd_demo)
     cli_mqm.register(sub)
+    cli_ledger.register(sub)
     return parser
 
 

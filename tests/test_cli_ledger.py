@@ -1,0 +1,115 @@
+"""``streamguard ledger show / export / check`` (streamguard/cli_ledger.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streamguard.chain import MarkovChain
+from streamguard.cli import main
+from streamguard.ledger.events import AggregateEvent, ChannelClaim, ChannelEvent, RedactionEvent
+from streamguard.ledger.odometer import odometer
+from streamguard.ledger.store import BudgetExceeded, Ledger
+from streamguard.quilt import QuiltModel, sigma_inf
+
+C1 = MarkovChain([[0.9, 0.1], [0.2, 0.8]])
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two streams: aggregates + a mark on kitchen/occupancy, a channel on hall/door; one refusal."""
+    path = tmp_path_factory.mktemp("cli") / "ledger.sqlite"
+    model = QuiltModel(C1, "stat")
+    sigma = sigma_inf(model, 1.0).sigma
+    with Ledger.open(path) as led:
+        for k in range(3):
+            led.admit(AggregateEvent(
+                device="kitchen", stream="occupancy", kind="histogram", lo=20 * k, hi=20 * k + 19, lipschitz=2.0,
+                beta=2 * sigma, sigma=sigma, epsilon=1.0, model=model.identifier, mode="stat", witness={},
+                t_independent=True, sampler="csprng", deterministic=False), 1.5, model=model)
+        led.commit(RedactionEvent(device="kitchen", stream="occupancy", position=33, seq=33, plan="3R-optimal",
+                                  epsilon=1.0, left=0.45, right=0.5, total=0.9, honoured=True, lo=30, hi=36))
+        led.commit(ChannelEvent(device="hall", stream="door", channel="rr:eps=1", lo=0, hi=99,
+                                claims=(ChannelClaim("ldp_x", 1.0),), stream_leakage=0.7, model="c1"))
+        with pytest.raises(BudgetExceeded):
+            led.admit(ChannelEvent(device="hall", stream="door", channel="rr:eps=1", lo=50, hi=60,
+                                   claims=(ChannelClaim("ldp_x", 1.0),)), 1.5)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["ledger", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_show_text(capsys: pytest.CaptureFixture[str], db: Path) -> None:
+    code, out, err = run(capsys, "show", "--db", str(db))
+    assert code == 0 and not err
+    assert "hall/door" in out and "kitchen/occupancy" in out
+    assert "aggregate  ε = 1 " in out  # tumbling windows of σ_∞(1) cost 1 (notes/002 §4.7)
+    assert "worst mark ε = 0.9 at position 33" in out
+    assert "aggregate + redaction: not composed" in out
+    assert "refusals 1; last: channel channel:claim:ldp_x would be 2 > 1.5" in out
+
+
+def test_show_json_matches_the_odometer(capsys: pytest.CaptureFixture[str], db: Path) -> None:
+    code, out, _ = run(capsys, "show", "--db", str(db), "--stream", "kitchen/occupancy", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    with Ledger.open(db, readonly=True) as led:
+        assert doc == json.loads(json.dumps(odometer(led, "kitchen", "occupancy", limit=None)))
+    assert doc["aggregate"]["budget"] == 1.5 and doc["aggregate"]["releases"] == 3
+    code, out, _ = run(capsys, "show", "--db", str(db), "--stream", "door", "--json")
+    assert code == 0 and json.loads(out)["channel"]["claims"]["ldp_x"]["epsilon"] == 1.0
+
+
+def test_export_and_check_round_trip(capsys: pytest.CaptureFixture[str], db: Path, tmp_path: Path) -> None:
+    out_file = tmp_path / "export.json"
+    code, out, err = run(capsys, "export", "--db", str(db), "--json", "--out", str(out_file))
+    assert code == 0 and out == "" and not err
+    doc = json.loads(out_file.read_text())
+    assert len(doc["events"]) == 5 and len(doc["refusals"]) == 1
+    code, out, _ = run(capsys, "check", str(out_file))
+    assert code == 0 and out.startswith("ok: 5 events, 2 streams")
+    code, out, _ = run(capsys, "export", "--db", str(db), "--json")
+    assert code == 0 and json.loads(out)["events"] == doc["events"]
+
+
+def test_check_names_an_under_count(capsys: pytest.CaptureFixture[str], db: Path, tmp_path: Path) -> None:
+    out_file = tmp_path / "export.json"
+    run(capsys, "export", "--db", str(db), "--json", "--out", str(out_file))
+    doc = json.loads(out_file.read_text())
+    doc["declared"]["kitchen/occupancy"]["redaction:mark:33"] = 0.5
+    out_file.write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "check", str(out_file))
+    assert code == 1
+    assert out.splitlines()[0] == ("under-count: kitchen/occupancy redaction:mark:33: "
+                                   "recomputed 0.9 > declared 0.5")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["show", "--db", "/nonexistent/ledger.sqlite"], "no such file"),
+    (["show", "--db", "{db}", "--stream", "nope"], "--stream nope: no such stream"),
+    (["show", "--db", "{db}", "--stream", "a/b/c"], "--stream: expected STREAM or DEVICE/STREAM"),
+    (["export", "--db", "{db}"], "--json is required"),
+    (["check", "{bad}"], "not valid JSON"),
+    (["check", "{other}"], "not a streamguard ledger export"),
+    (["show", "--db", "{other}"], "not a readable ledger"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], db: Path, tmp_path: Path,
+                                            argv: list[str], message: str) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "other.json").write_text(json.dumps({"format": "something else"}))
+    argv = [a.format(db=db, bad=tmp_path / "bad.json", other=tmp_path / "other.json") for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_show_an_empty_ledger(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    Ledger.open(tmp_path / "empty.sqlite").close()
+    code, out, _ = run(capsys, "show", "--db", str(tmp_path / "empty.sqlite"))
+    assert code == 0 and "no releases" in out
