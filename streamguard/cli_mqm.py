@@ -174,6 +174,8 @@ def _release_stream(model: QuiltModel, args: argparse.Namespace, stream: TextIO)
         raise MqmArgumentError("--release needs --window W (records per window, ≥ 1)")
     if args.json:
         raise MqmArgumentError("--release always prints JSON lines; drop --json")
+    if args.T is not None and args.window > args.T:
+        raise MqmArgumentError(f"--window {args.window} is longer than --T {args.T}")
     if model.mode == "q":
         raise MqmArgumentError("--release needs the quilt accountant, which does not support mode q (a fixed "
                                "initial law): use stat, supq, approx or approx-rev")

@@ -177,6 +177,7 @@ def test_count_and_mean_releases_and_csprng_default(capsys, monkeypatch):
     (("--release", "histogram", "--window", "2"), "0\n{\"state\": 1.5}\n", 'stdin line 2: needs an integer "state"'),
     (("--release", "histogram", "--window", "2"), "0\n1\n77\n", "stdin line 3: state outside 0..1"),
     (("--release", "histogram", "--window", "1", "--T", "2"), "0\n1\n1\n", "more than --T 2 records"),
+    (("--release", "histogram", "--window", "3", "--T", "2"), "0\n", "longer than --T 2"),
     (("--release", "histogram", "--window", "1", "--initial", "[0.5,0.5]", "--T", "3"), "0\n", "mode q"),
 ])
 def test_bad_release_input_exits_2_without_echoing_data(capsys, monkeypatch, args, stdin, fragment):

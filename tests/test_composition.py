@@ -18,7 +18,9 @@ from streamguard.ledger.composition import (
     NotApplicable,
     PufferfishRelease,
     Quilt,
+    active_quilts,
     boundary_influences,
+    mqm_release,
     paper_bounds,
     parallel_general,
     thm_II6,
@@ -28,7 +30,9 @@ from streamguard.ledger.composition import (
     thm_III6,
     thm_III7,
 )
-from streamguard.quilt.model import QuiltModel
+from streamguard.quilt import QuiltModel, sigma_max
+from streamguard.quilt import release as aggregate
+from streamguard.sampling import SeededSource
 
 COUNTER = [[0.97, 0.02, 0.01], [0.4, 0.2, 0.4], [0.2, 0.3, 0.5]]  # notes/002 §4.6
 
@@ -246,3 +250,43 @@ def test_malformed_releases_are_refused():
         MqmRelease(1.0, 0, 1, "m", "bogus", None)
     with pytest.raises(CompositionError):
         thm_III1(1.0, 1.0, -1.0, 0.0)
+
+
+# ------------------------------------------------------- Theorem III.3 end to end (exact evaluation)
+
+
+@pytest.mark.parametrize("P,mode,eps,W", [
+    ([[0.55, 0.45], [0.45, 0.55]], "approx-rev", 4.0, 6),
+    ([[0.52, 0.48], [0.48, 0.52]], "approx-rev", 6.0, 5),
+    ([[0.6, 0.4], [0.4, 0.6]], "approx-rev", 6.0, 6),
+])
+def test_thm_III3_on_released_segments_holds_exactly(P, mode, eps, W):
+    """Two MQMApprox releases on segments W−1 apart, each with its own σ_max(W): the rule applies and the
+    exact ε over the secrets of A ∪ B (any start: evaluated at π and at a skewed start) is ≤ max ε."""
+    model = QuiltModel(MarkovChain(P), mode)
+    scale = sigma_max(model, eps, W)
+    A = aggregate.count(np.zeros(W, dtype=np.int64), 0, 2, 1, scale, model.identifier, SeededSource(0))
+    B = aggregate.count(np.zeros(W, dtype=np.int64), 2 * W - 2, 2, 1, scale, model.identifier, SeededSource(0))
+    verdict = thm_III3([mqm_release(A, model), mqm_release(B, model)])
+    assert verdict.applicable and verdict.epsilon == eps
+    T = B.hi + 1
+    for start in (None, [0.9, 0.1]):
+        chain = MarkovChain(P, start)
+        per = pufferfish_epsilon(chain, T, [LaplaceRelease.count(2, 1, r.lo, r.hi, r.noise_scale) for r in (A, B)])
+        covered = np.r_[per.per_position[: A.hi + 1], per.per_position[B.lo :]]
+        assert covered.max() <= verdict.epsilon
+
+
+def test_thm_III3_condition_1_is_checked_for_every_theta():
+    """Θ = {a chain whose witness is two-sided, one whose witness is the empty quilt}: condition 1 fails on θ #1."""
+    good, bad = MarkovChain([[0.55, 0.45], [0.45, 0.55]]), MarkovChain([[0.9, 0.1], [0.1, 0.9]])
+    model = QuiltModel([good, bad], "approx-rev")
+    quilts = active_quilts(model, 4.0, 6)
+    assert quilts[0].two_sided and not quilts[1].two_sided
+    scale = sigma_max(model, 4.0, 6)
+    rels = [aggregate.count(np.zeros(6, dtype=np.int64), lo, 2, 1, scale, model.identifier, SeededSource(0))
+            for lo in (0, 10)]
+    verdict = thm_III3([mqm_release(r, model) for r in rels])
+    assert not verdict.applicable and "θ #1" in verdict.reason
+    with pytest.raises(CompositionError):
+        mqm_release(rels[0], QuiltModel(good, "approx-rev"))

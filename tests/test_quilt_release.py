@@ -133,12 +133,18 @@ def test_bad_windows_are_refused_without_echoing_values(c4, bad_states, fragment
     assert value is None or value not in str(info.value)
 
 
-def test_a_window_beyond_the_length_sigma_was_computed_for_is_refused():
+def test_a_window_beyond_the_chain_sigma_was_computed_for_is_refused():
+    """σ_max(T): any T consecutive positions under a position-free mode, only 0..T−1 under mode q."""
     model = QuiltModel(MarkovChain(C1), "stat")
     scale = sigma_max(model, 1.0, 10)
-    aggregate.count([0] * 5, 5, 2, 0, scale, model.identifier, SeededSource(1))  # positions 5..9: fine
+    aggregate.count([0] * 10, 25, 2, 0, scale, model.identifier, SeededSource(1))  # a segment of 10: fine
+    with pytest.raises(ReleaseError, match="longer than the T = 10"):
+        aggregate.count([0] * 11, 0, 2, 0, scale, model.identifier, SeededSource(1))
+    q_model = QuiltModel(MarkovChain(C1, [0.5, 0.5]), "q")
+    q_scale = sigma_max(q_model, 1.0, 10)
+    aggregate.count([0] * 5, 5, 2, 0, q_scale, q_model.identifier, SeededSource(1))  # positions 5..9
     with pytest.raises(ReleaseError, match="beyond the 10 positions"):
-        aggregate.count([0] * 5, 6, 2, 0, scale, model.identifier, SeededSource(1))
+        aggregate.count([0] * 5, 6, 2, 0, q_scale, q_model.identifier, SeededSource(1))
 
 
 @pytest.mark.parametrize("values,v_lo,v_hi,step,fragment", [

@@ -29,11 +29,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..quilt.influence import MODES, ChainTables
 from ..quilt.model import QuiltModel
+from ..quilt.scale import Scale, sigma_inf, sigma_max, sigma_supq
 
 #: Max-influence modes of an MQM release.
 MQM_MODES = MODES
@@ -81,8 +83,8 @@ class MqmRelease:
     identifier of Θ and ``mode`` the max-influence mode. ``T`` is the chain length σ was computed
     for (the stream's positions 0..T−1), or None when σ is length-independent (σ_∞, σ̄_supq).
     ``active`` holds, for **every** θ ∈ Θ in order, the active quilt of a node of the window as
-    reported by the scale search (the witness), in the coordinates of the chain σ was computed
-    on; it is needed only for Thm III.3 condition 1.
+    reported by the scale search (the witness; node i 1-based in the chain σ was computed on); it
+    is needed only for Thm III.3 condition 1 (:func:`active_quilts`, :func:`mqm_release`).
     """
 
     epsilon: float
@@ -100,6 +102,36 @@ class MqmRelease:
         if self.T is not None and self.T < 1:
             raise CompositionError("T must be ≥ 1 or None")
         object.__setattr__(self, "active", tuple(self.active))
+
+
+def active_quilts(model: QuiltModel, epsilon: float, T: int | None) -> tuple[Quilt, ...]:
+    """The active quilt of the witness node of every θ ∈ Θ, from the same scale search a release
+    used (σ_max(T), or σ_∞ / σ̄_supq when ``T`` is None), each θ searched alone.
+
+    Thm III.3 condition 1 asks for a two-sided active quilt *for every θ*, while a release's own
+    witness only names the worst θ. Checking the witness node only is conservative: another node
+    might qualify when the witness does not.
+    """
+    out = []
+    for chain in model.chains:
+        alone = QuiltModel(chain, model.mode, model.initial)
+        scale: Scale
+        if T is not None:
+            scale = sigma_max(alone, epsilon, T)
+        else:
+            scale = sigma_supq(alone, epsilon) if model.mode == "supq" else sigma_inf(alone, epsilon)
+        out.append(Quilt(scale.witness.i, scale.witness.a, scale.witness.b))
+    return tuple(out)
+
+
+def mqm_release(release: Any, model: QuiltModel) -> MqmRelease:
+    """The composition view of a published aggregate (:class:`~streamguard.quilt.release.AggregateRelease`
+    or anything with ``epsilon, lo, hi, model, mode, T``), with the active quilts of every θ of the
+    ``model`` it was calibrated under."""
+    if release.model != model.identifier or release.mode != model.mode:
+        raise CompositionError("the release was not calibrated under this model")
+    return MqmRelease(release.epsilon, release.lo, release.hi, release.model, release.mode, release.T,
+                      active_quilts(model, release.epsilon, release.T))
 
 
 def _check_release(epsilon: float, lo: int, hi: int) -> None:

@@ -59,7 +59,9 @@ class AggregateRelease:
     Laplace scale in lattice steps (exact ``noise_num/noise_den`` ≥ β/grid). ``epsilon`` is the
     target σ was computed for, ``model`` the identifier of Θ, ``mode`` its max-influence mode,
     ``T`` the chain length σ is valid for (None = any), ``witness`` the active quilt of the scale
-    search. ``sampler``/``deterministic`` say whether the noise came from the OS CSPRNG or a seeded
+    search. With a finite T the ε target holds for the secrets of the T-record segment σ was
+    computed on (positions 0..T−1 under mode ``q``); what several releases give together is the
+    accountant's business (short-window σ's on adjacent windows exceed ε, notes/002 §6.7). ``sampler``/``deterministic`` say whether the noise came from the OS CSPRNG or a seeded
     test source. ``query`` describes the query itself (state, value table, bounds, grid).
     """
 
@@ -188,8 +190,15 @@ def _window_states(states: ArrayLike, k: int, lo: int, scale: Scale) -> NDArray[
     if not (isinstance(lo, (int, np.integer)) and lo >= 0):
         raise ReleaseError("window start must be a 0-based position")
     hi = int(lo) + raw.size - 1
-    if scale.T is not None and hi >= scale.T:
-        raise ReleaseError(f"window [{lo}, {hi}] reaches beyond the {scale.T} positions σ was computed for")
+    if scale.T is not None:
+        # σ_max(T) is Algorithm 1 on a chain of T records. Under mode q that chain is the stream's
+        # first T positions (the initial law sits at position 0); under every other mode any T
+        # consecutive positions are such a chain (stationary, or any start), so a window of at most
+        # T records is an MQM release on the segment it lies in.
+        if scale.mode == "q" and hi >= scale.T:
+            raise ReleaseError(f"window [{lo}, {hi}] reaches beyond the {scale.T} positions σ was computed for")
+        if raw.size > scale.T:
+            raise ReleaseError(f"window of {raw.size} records is longer than the T = {scale.T} σ was computed for")
     if not (math.isfinite(scale.sigma) and scale.sigma > 0):
         raise ReleaseError("σ is not a finite positive scale for this model and ε; refusing to release")
     return raw.astype(np.int64)
