@@ -65,9 +65,11 @@ from ..sampling import BitSource
 _MIN_NUM_BITS = 40
 #: Largest numerator accepted: keeps U + t·V far inside int64 (V ≥ 2^10 has probability e^{−1024}).
 _MAX_NUM = 2**52
-#: Words requested per outstanding sample (the mean is 9–17, more for small scales) and a margin.
-_WORDS_PER_SAMPLE = 20
+#: Words requested per outstanding sample (the mean is 9–17, more for small scales), a margin, and
+#: the most samples one buffer is sized for (bounds memory: ~14·2^15 words = 3.5 MB).
+_WORDS_PER_SAMPLE = 14
 _WORDS_MARGIN = 64
+_CHUNK = 1 << 15
 
 
 class NoiseError(ValueError):
@@ -134,7 +136,7 @@ class DiscreteLaplace:
         if use_reference:
             return _sample_reference(self.num, self.den, _word_stream(source), n)
         out = np.empty(n, dtype=np.int64)
-        words = source.words(_WORDS_PER_SAMPLE * n + _WORDS_MARGIN)
+        words = source.words(_WORDS_PER_SAMPLE * min(n, _CHUNK) + _WORDS_MARGIN)
         done = 0
         while True:
             done, begin = _sample_kernel(self.num, self.den, words, out, done)
@@ -142,7 +144,7 @@ class DiscreteLaplace:
                 return out
             # Sample ``done`` ran out of words: keep the words it started from, append fresh ones
             # and rerun it from the same start (no sample is ever discarded, see the docstring).
-            fresh = source.words(_WORDS_PER_SAMPLE * (n - done) + _WORDS_MARGIN)
+            fresh = source.words(_WORDS_PER_SAMPLE * min(n - done, _CHUNK) + _WORDS_MARGIN)
             words = np.concatenate([words[begin:], fresh])
 
 
