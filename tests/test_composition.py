@@ -193,7 +193,7 @@ def _mqm(eps, lo, hi, mode="stat", T=None, active=(), model="theta"):
 
 
 def test_thm_III7_and_II6_conditions_are_named():
-    rs = [_mqm(1.0, 0, 9), _mqm(2.0, 5, 19, mode="approx")]
+    rs = [_mqm(1.0, 0, 9), _mqm(2.0, 5, 19)]  # different ε (different quilts), overlapping windows
     v = thm_III7(rs)
     assert v.applicable and v.epsilon == 3.0
     assert isinstance(thm_II6(rs), NotApplicable) and "identical quilt" in thm_II6(rs).reason
@@ -250,6 +250,10 @@ def test_malformed_releases_are_refused():
         MqmRelease(1.0, 0, 1, "m", "bogus", None)
     with pytest.raises(CompositionError):
         thm_III1(1.0, 1.0, -1.0, 0.0)
+    with pytest.raises(CompositionError):
+        thm_III1(0.0, 1.0, 1.0, 0.0)
+    with pytest.raises(CompositionError):
+        thm_III6(math.inf, 1.0, 0.0)
 
 
 # ------------------------------------------------------- Theorem III.3 end to end (exact evaluation)

@@ -1,8 +1,8 @@
 """The paper-level composition rules of Song & Chaudhuri, with their conditions checked (notes/002 §4).
 
-These are the *theorems* as pure functions, for audit and cross-checks; the stream's live
-guarantee comes from the per-position quilt accountant (notes/002 §4.7), which is never worse
-than any of them where they apply. Following DESIGN.md §8 (``dp_accounting``): each rule states
+These are the *theorems* as pure functions, for audit and cross-checks; the live guarantee of MQM
+aggregates comes from the per-position quilt accountant (notes/002 §4.7), which is never worse
+than Thm III.7 and recovers Thm III.3 where they apply. Following DESIGN.md §8 (``dp_accounting``): each rule states
 which releases it supports; a rule that does not support a set of releases returns
 :class:`NotApplicable` naming the failed condition, and what no rule supports is reported as
 **not composed** (:func:`paper_bounds`) — never guessed.
@@ -185,6 +185,8 @@ def thm_III1(eps_a: float, eps_b: float, e_fwd: float, e_bwd: float) -> float:
 
         max{ min(ε_A + ε_B, ε_A + e_fwd), min(ε_A + ε_B, ε_B + e_bwd) }.
     """
+    _positive(eps_a, "eps_a")
+    _positive(eps_b, "eps_b")
     _nonneg(e_fwd, "e_fwd")
     _nonneg(e_bwd, "e_bwd")
     total = eps_a + eps_b
@@ -202,6 +204,8 @@ def thm_III1_printed_WRONG(eps_a: float, eps_b: float, e_fwd: float, e_bwd: floa
 def thm_III6(eps_a: float, eps_b: float, E: float) -> float:
     """Thm III.6 (notes/002 §4.5): ε_A + ε_B + 2E, where E bounds, for every secret and θ, both
     D∞(joint ‖ product of marginals) and D∞(product ‖ joint) of the two outputs."""
+    _positive(eps_a, "eps_a")
+    _positive(eps_b, "eps_b")
     _nonneg(E, "E")
     return eps_a + eps_b + 2.0 * E
 
@@ -211,14 +215,21 @@ def _nonneg(x: float, name: str) -> None:
         raise CompositionError(f"{name} must be a number ≥ 0 (+inf allowed)")
 
 
+def _positive(x: float, name: str) -> None:
+    if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0):
+        raise CompositionError(f"{name} must be a finite number > 0")
+
+
 # ----------------------------------------------------------------- rules on recorded releases
 
 
 def thm_III7(releases: Sequence[Release], T: int | None = None) -> Verdict:
     """Thm III.7: K MQM releases on the same chain compose to Σ_k ε_k (notes/002 §4.3).
 
-    Conditions: every release is an MQM release under one Θ (modes may differ: the proof holds for
-    MQMExact and MQMApprox alike), and each is an MQM release *on the whole chain* X_0..X_{T−1}
+    Conditions: every release is an MQM release under one model Θ (the same ``model`` identifier —
+    the proof holds for MQMExact and MQMApprox alike, but a QuiltModel identifier includes its mode,
+    so releases calibrated under different modes are conservatively not composed here), and each
+    is an MQM release *on the whole chain* X_0..X_{T−1}
     (``T`` defaults to the last position read + 1): its σ is length-independent or was computed
     for a chain of at least T positions (σ_max is non-decreasing in T, notes/002 §3.4). A σ
     computed on a shorter segment makes the release private only about that segment's secrets —
