@@ -24,14 +24,15 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from .chain import MarkovChain
 from .quilt import MODES, QuiltModel, Scale, sigma_inf, sigma_max, sigma_supq
 from .quilt import release as aggregate
 from .quilt.accountant import QuiltAccountant
-from .sampling import bit_source
+from .quilt.release import AggregateRelease
+from .sampling import BitSource, bit_source
 
 
 class MqmArgumentError(ValueError):
@@ -179,9 +180,9 @@ def _release_stream(model: QuiltModel, args: argparse.Namespace, stream: TextIO)
     if model.mode == "q":
         raise MqmArgumentError("--release needs the quilt accountant, which does not support mode q (a fixed "
                                "initial law): use stat, supq, approx or approx-rev")
-    publish = _publisher(model, args)
     scale = _scale(model, args)
     source = bit_source(args.seed)
+    publish = _publisher(model, scale, source, args)
     accountant = QuiltAccountant(model)
     window: list[int] = []
     released = records = 0
@@ -192,7 +193,7 @@ def _release_stream(model: QuiltModel, args: argparse.Namespace, stream: TextIO)
         window.append(state)
         if len(window) == args.window:
             lo = records - args.window
-            rel = publish(window, lo, scale, source)
+            rel = publish(window, lo)
             accountant.record(rel.lo, rel.hi, rel.load)  # recorded before it is printed
             doc = rel.to_json()
             doc["lo"], doc["hi"] = rel.lo + 1, rel.hi + 1  # the CLI speaks 1-based positions
@@ -209,8 +210,10 @@ def _release_stream(model: QuiltModel, args: argparse.Namespace, stream: TextIO)
     return 0
 
 
-def _publisher(model: QuiltModel, args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """The release function for ``--release`` with its query options checked up front."""
+def _publisher(
+    model: QuiltModel, scale: Scale, source: BitSource, args: argparse.Namespace
+) -> Callable[[list[int], int], AggregateRelease]:
+    """publish(window states, first position) for ``--release``, its query options checked up front."""
     kind = args.release
     used = {"state": kind == "count", "values": kind == "mean", "v_lo": kind == "mean",
             "v_hi": kind == "mean", "step": kind == "mean"}
@@ -220,16 +223,16 @@ def _publisher(model: QuiltModel, args: argparse.Namespace):  # type: ignore[no-
             raise MqmArgumentError(f"--release {kind} needs {flag}")
         if not wanted and getattr(args, name) is not None:
             raise MqmArgumentError(f"{flag} does not apply to --release {kind}")
-    ident, k, clip = model.identifier, model.k, args.clip
+    k, clip = model.k, args.clip
     if kind == "histogram":
-        return lambda w, lo, s, src: aggregate.histogram(w, lo, k, s, ident, src, clip=clip)
+        return lambda w, lo: aggregate.histogram(w, lo, model, scale, source, clip=clip)
     if kind == "count":
         if not 0 <= args.state < k:
             raise MqmArgumentError(f"--state must be one of 0..{k - 1}")
-        return lambda w, lo, s, src: aggregate.count(w, lo, k, args.state, s, ident, src, clip=clip)
+        return lambda w, lo: aggregate.count(w, lo, args.state, model, scale, source, clip=clip)
     values = _json_arg(args.values, "--values")
     if not isinstance(values, list) or len(values) != k:
         raise MqmArgumentError(f"--values must be a JSON list of {k} numbers (one per state)")
     aggregate.quantise_values(values, args.v_lo, args.v_hi, args.step)  # validate before any input is read
-    return lambda w, lo, s, src: aggregate.mean(w, lo, values, args.v_lo, args.v_hi, args.step, s, ident, src,
-                                               clip=clip)
+    return lambda w, lo: aggregate.mean(w, lo, values, args.v_lo, args.v_hi, args.step, model, scale, source,
+                                        clip=clip)

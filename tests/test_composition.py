@@ -269,8 +269,8 @@ def test_thm_III3_on_released_segments_holds_exactly(P, mode, eps, W):
     exact ε over the secrets of A ∪ B (any start: evaluated at π and at a skewed start) is ≤ max ε."""
     model = QuiltModel(MarkovChain(P), mode)
     scale = sigma_max(model, eps, W)
-    A = aggregate.count(np.zeros(W, dtype=np.int64), 0, 2, 1, scale, model.identifier, SeededSource(0))
-    B = aggregate.count(np.zeros(W, dtype=np.int64), 2 * W - 2, 2, 1, scale, model.identifier, SeededSource(0))
+    A = aggregate.count(np.zeros(W, dtype=np.int64), 0, 1, model, scale, SeededSource(0))
+    B = aggregate.count(np.zeros(W, dtype=np.int64), 2 * W - 2, 1, model, scale, SeededSource(0))
     verdict = thm_III3([mqm_release(A, model), mqm_release(B, model)])
     assert verdict.applicable and verdict.epsilon == eps
     T = B.hi + 1
@@ -288,7 +288,7 @@ def test_thm_III3_condition_1_is_checked_for_every_theta():
     quilts = active_quilts(model, 4.0, 6)
     assert quilts[0].two_sided and not quilts[1].two_sided
     scale = sigma_max(model, 4.0, 6)
-    rels = [aggregate.count(np.zeros(6, dtype=np.int64), lo, 2, 1, scale, model.identifier, SeededSource(0))
+    rels = [aggregate.count(np.zeros(6, dtype=np.int64), lo, 1, model, scale, SeededSource(0))
             for lo in (0, 10)]
     verdict = thm_III3([mqm_release(r, model) for r in rels])
     assert not verdict.applicable and "θ #1" in verdict.reason

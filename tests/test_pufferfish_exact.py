@@ -188,12 +188,12 @@ def test_a_single_mqm_release_is_within_its_epsilon(case, data):
     states = np.zeros(hi - lo + 1, dtype=np.int64)  # the values do not matter: the law is evaluated
     src = SeededSource(0)
     if kind == "histogram":
-        rel = aggregate.histogram(states, lo, k, scale, model.identifier, src)
+        rel = aggregate.histogram(states, lo, model, scale, src)
     elif kind == "count":
-        rel = aggregate.count(states, lo, k, data.draw(st.integers(0, k - 1)), scale, model.identifier, src)
+        rel = aggregate.count(states, lo, data.draw(st.integers(0, k - 1)), model, scale, src)
     else:
         vals = data.draw(st.lists(st.integers(0, 4), min_size=k, max_size=k))
-        rel = aggregate.mean(states, lo, [v / 4 for v in vals], 0.0, 1.0, 0.25, scale, model.identifier, src)
+        rel = aggregate.mean(states, lo, [v / 4 for v in vals], 0.0, 1.0, 0.25, model, scale, src)
     true = pufferfish_epsilon(adversary, T, [_evaluated(rel)]).epsilon
     assert true <= rel.epsilon + 1e-9
 
@@ -213,8 +213,8 @@ def test_release_sequences_within_accountant_within_sum(case, data):
         whole = sigma_max(model, eps, T)
         free = sigma_supq(model, eps) if model.mode == "supq" else sigma_inf(model, eps)
         scale = data.draw(st.sampled_from([whole, free]))
-        rel = aggregate.count(np.zeros(hi - lo + 1, dtype=np.int64), lo, k, data.draw(st.integers(0, k - 1)),
-                              scale, model.identifier, SeededSource(0))
+        rel = aggregate.count(np.zeros(hi - lo + 1, dtype=np.int64), lo, data.draw(st.integers(0, k - 1)), model,
+                              scale, SeededSource(0))
         acc.record(rel.lo, rel.hi, rel.load)
         rels.append(rel)
         records.append(MqmRelease(rel.epsilon, rel.lo, rel.hi, rel.model, rel.mode, rel.T))

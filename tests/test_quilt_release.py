@@ -35,7 +35,7 @@ def _noise(beta: float, n: int, seed: int) -> np.ndarray:
 def test_histogram_adds_iid_noise_of_scale_two_sigma_to_the_exact_counts(c4):
     model, scale = c4
     states = np.array([0, 2, 2, 1, 0, 2, 1, 1, 2])
-    rel = aggregate.histogram(states, 40, 3, scale, model.identifier, SeededSource(3))
+    rel = aggregate.histogram(states, 40, model, scale, SeededSource(3))
     exact = np.bincount(states, minlength=3)
     np.testing.assert_array_equal(np.array(rel.values) - exact, _noise(2 * scale.sigma, 3, 3))
     assert (rel.kind, rel.lo, rel.hi, rel.window_length) == ("histogram", 40, 48, 9)
@@ -50,7 +50,7 @@ def test_histogram_adds_iid_noise_of_scale_two_sigma_to_the_exact_counts(c4):
 def test_count_of_one_state(c4):
     model, scale = c4
     states = [1, 1, 0, 2, 1]
-    rel = aggregate.count(states, 0, 3, 1, scale, model.identifier, SeededSource(4))
+    rel = aggregate.count(states, 0, 1, model, scale, SeededSource(4))
     assert rel.values[0] - 3 == _noise(scale.sigma, 1, 4)[0]
     assert rel.lipschitz == 1 and rel.beta == pytest.approx(scale.sigma) and rel.load == pytest.approx(1 / scale.sigma)
     assert rel.query == {"k": 3, "state": 1}
@@ -63,7 +63,7 @@ def test_mean_is_released_on_the_stated_grid(c4):
     np.testing.assert_array_equal(q, [0, 50, 200])  # data-independent rounding to the grid
     states = np.array([2, 1, 1, 0, 2, 2])
     W = len(states)
-    rel = aggregate.mean(states, 7, values, v_lo, v_hi, step, scale, model.identifier, SeededSource(5))
+    rel = aggregate.mean(states, 7, values, v_lo, v_hi, step, model, scale, SeededSource(5))
     G = 200  # (v_hi − v_lo)/step grid steps: the Lipschitz constant in grid units
     z = _noise(G * scale.sigma, 1, 5)[0]
     assert rel.values[0] == pytest.approx(v_lo + step * (q[states].sum() + z) / W, rel=1e-12)
@@ -77,11 +77,11 @@ def test_mean_is_released_on_the_stated_grid(c4):
 def test_clipping_is_post_processing_of_the_output_only(c4):
     model, scale = c4
     states = [0, 0, 1]
-    raw = aggregate.histogram(states, 0, 3, scale, model.identifier, SeededSource(8))
-    clipped = aggregate.histogram(states, 0, 3, scale, model.identifier, SeededSource(8), clip=True)
+    raw = aggregate.histogram(states, 0, model, scale, SeededSource(8))
+    clipped = aggregate.histogram(states, 0, model, scale, SeededSource(8), clip=True)
     np.testing.assert_array_equal(clipped.values, np.clip(raw.values, 0, 3))
     assert clipped.clipped and not raw.clipped
-    m = aggregate.mean(states, 0, [0.0, 1.0, 2.0], 0.0, 2.0, 0.5, scale, model.identifier, SeededSource(9), clip=True)
+    m = aggregate.mean(states, 0, [0.0, 1.0, 2.0], 0.0, 2.0, 0.5, model, scale, SeededSource(9), clip=True)
     assert 0.0 <= m.values[0] <= 2.0
 
 
@@ -94,7 +94,7 @@ def test_histogram_noise_follows_the_exact_law_over_many_windows():
     noise = []
     for _ in range(2000):
         states = rng.integers(0, 2, size=12)
-        rel = aggregate.histogram(states, 0, 2, scale, model.identifier, src)
+        rel = aggregate.histogram(states, 0, model, scale, src)
         noise.extend(np.array(rel.values) - np.bincount(states, minlength=2))
     noise = np.array(noise)
     law = DiscreteLaplace(rel.noise_num, rel.noise_den)
@@ -110,7 +110,7 @@ def test_histogram_noise_follows_the_exact_law_over_many_windows():
 def test_release_records_serialise_and_name_no_data():
     model = QuiltModel(MarkovChain(C1), "stat")
     scale = sigma_max(model, 1.0, 20)
-    rel = aggregate.histogram([0, 1, 1], 2, 2, scale, model.identifier, CsprngSource())
+    rel = aggregate.histogram([0, 1, 1], 2, model, scale, CsprngSource())
     doc = json.loads(json.dumps(rel.to_json()))
     assert doc["lo"] == 2 and doc["hi"] == 4 and doc["T"] == 20 and not doc["deterministic"]
     assert doc["sampler"] == "csprng" and doc["load"] == pytest.approx(1 / scale.sigma)
@@ -128,7 +128,7 @@ def test_release_records_serialise_and_name_no_data():
 def test_bad_windows_are_refused_without_echoing_values(c4, bad_states, fragment, value):
     model, scale = c4
     with pytest.raises(ReleaseError) as info:
-        aggregate.histogram(np.array(bad_states), 0, 3, scale, model.identifier, SeededSource(1))
+        aggregate.histogram(np.array(bad_states), 0, model, scale, SeededSource(1))
     assert fragment in str(info.value)
     assert value is None or value not in str(info.value)
 
@@ -137,14 +137,14 @@ def test_a_window_beyond_the_chain_sigma_was_computed_for_is_refused():
     """σ_max(T): any T consecutive positions under a position-free mode, only 0..T−1 under mode q."""
     model = QuiltModel(MarkovChain(C1), "stat")
     scale = sigma_max(model, 1.0, 10)
-    aggregate.count([0] * 10, 25, 2, 0, scale, model.identifier, SeededSource(1))  # a segment of 10: fine
+    aggregate.count([0] * 10, 25, 0, model, scale, SeededSource(1))  # a segment of 10: fine
     with pytest.raises(ReleaseError, match="longer than the T = 10"):
-        aggregate.count([0] * 11, 0, 2, 0, scale, model.identifier, SeededSource(1))
+        aggregate.count([0] * 11, 0, 0, model, scale, SeededSource(1))
     q_model = QuiltModel(MarkovChain(C1, [0.5, 0.5]), "q")
     q_scale = sigma_max(q_model, 1.0, 10)
-    aggregate.count([0] * 5, 5, 2, 0, q_scale, q_model.identifier, SeededSource(1))  # positions 5..9
+    aggregate.count([0] * 5, 5, 0, q_model, q_scale, SeededSource(1))  # positions 5..9
     with pytest.raises(ReleaseError, match="beyond the 10 positions"):
-        aggregate.count([0] * 5, 6, 2, 0, q_scale, q_model.identifier, SeededSource(1))
+        aggregate.count([0] * 5, 6, 0, q_model, q_scale, SeededSource(1))
 
 
 @pytest.mark.parametrize("values,v_lo,v_hi,step,fragment", [
@@ -162,4 +162,13 @@ def test_bad_mean_queries_are_refused(values, v_lo, v_hi, step, fragment):
 def test_count_state_must_exist(c4):
     model, scale = c4
     with pytest.raises(ReleaseError, match="state must be one of"):
-        aggregate.count([0, 1], 0, 3, 3, scale, model.identifier, SeededSource(1))
+        aggregate.count([0, 1], 0, 3, model, scale, SeededSource(1))
+
+
+def test_scale_and_model_must_belong_together(c4):
+    model, scale = c4
+    other = QuiltModel(MarkovChain(C4), "approx")
+    with pytest.raises(ReleaseError, match="mode 'stat'"):
+        aggregate.histogram([0, 1], 0, other, scale, SeededSource(1))
+    with pytest.raises(ReleaseError, match="one number per state"):
+        aggregate.mean([0, 1], 0, [0.0, 1.0], 0.0, 1.0, 0.5, model, scale, SeededSource(1))

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..sampling import BitSource
+from .model import QuiltModel
 from .noise import DiscreteLaplace
 from .scale import Scale
 
@@ -115,42 +116,47 @@ class AggregateRelease:
 
 
 def histogram(
-    states: ArrayLike, lo: int, k: int, scale: Scale, model: str, source: BitSource, *, clip: bool = False
+    states: ArrayLike, lo: int, model: QuiltModel, scale: Scale, source: BitSource, *, clip: bool = False
 ) -> AggregateRelease:
-    """Noisy count of every state 0..k−1 over the window [lo, lo + len(states) − 1] (L = 2)."""
-    x = _window_states(states, k, lo, scale)
-    counts = np.bincount(x, minlength=k).astype(np.int64)
-    return _publish("histogram", counts, 2, 1, lo, len(x), scale, model, source, {"k": k}, clip, (0, len(x)))
+    """Noisy count of every state over the window [lo, lo + len(states) − 1] (L = 2).
+
+    ``scale`` must come from ``model`` (σ_max, σ_∞ or σ̄_supq); ``source`` draws the noise.
+    """
+    x = _window_states(states, lo, model, scale)
+    counts = np.bincount(x, minlength=model.k).astype(np.int64)
+    return _publish("histogram", counts, 2, lo, len(x), model, scale, source, {"k": model.k}, clip, (0, len(x)))
 
 
 def count(
-    states: ArrayLike, lo: int, k: int, state: int, scale: Scale, model: str, source: BitSource,
+    states: ArrayLike, lo: int, state: int, model: QuiltModel, scale: Scale, source: BitSource,
     *, clip: bool = False,
 ) -> AggregateRelease:
     """Noisy number of records equal to ``state`` in the window (L = 1)."""
-    if not (isinstance(state, (int, np.integer)) and 0 <= state < k):
+    k = model.k
+    if isinstance(state, bool) or not (isinstance(state, (int, np.integer)) and 0 <= state < k):
         raise ReleaseError(f"count: state must be one of 0..{k - 1}")
-    x = _window_states(states, k, lo, scale)
+    x = _window_states(states, lo, model, scale)
     c = np.array([np.count_nonzero(x == state)], dtype=np.int64)
-    return _publish("count", c, 1, 1, lo, len(x), scale, model, source, {"k": k, "state": int(state)}, clip,
+    return _publish("count", c, 1, lo, len(x), model, scale, source, {"k": k, "state": int(state)}, clip,
                     (0, len(x)))
 
 
 def mean(
     states: ArrayLike, lo: int, values: Sequence[float], v_lo: float, v_hi: float, step: float,
-    scale: Scale, model: str, source: BitSource, *, clip: bool = False,
+    model: QuiltModel, scale: Scale, source: BitSource, *, clip: bool = False,
 ) -> AggregateRelease:
     """Noisy mean of the per-state value ``values[x]`` ∈ [v_lo, v_hi] over the window, on the grid
     v_lo + step·ℤ/|W| (module docstring): Lipschitz G = (v_hi − v_lo)/step in grid steps."""
     grid_units = quantise_values(values, v_lo, v_hi, step)
-    k = len(grid_units)
-    x = _window_states(states, k, lo, scale)
+    if len(grid_units) != model.k:
+        raise ReleaseError(f"mean: values must give one number per state ({model.k})")
+    x = _window_states(states, lo, model, scale)
     W = len(x)
     total = np.array([int(grid_units[x].sum())], dtype=np.int64)
     G = int(round((v_hi - v_lo) / step))
-    query = {"k": k, "values": [float(v) for v in values], "v_lo": float(v_lo), "v_hi": float(v_hi),
+    query = {"k": model.k, "values": [float(v) for v in values], "v_lo": float(v_lo), "v_hi": float(v_hi),
              "step": float(step), "grid_units": grid_units.tolist()}
-    rel = _publish("mean", total, G, 1, lo, W, scale, model, source, query, clip, (0, G * W))
+    rel = _publish("mean", total, G, lo, W, model, scale, source, query, clip, (0, G * W))
     # post-processing: grid steps → the mean in the value's units
     to_mean = tuple(float(v_lo + step * s / W) for s in rel.values)
     return dataclasses.replace(rel, values=to_mean, lipschitz=(v_hi - v_lo) / W,
@@ -178,7 +184,10 @@ def quantise_values(values: Sequence[float], v_lo: float, v_hi: float, step: flo
 # --------------------------------------------------------------------------------- internals
 
 
-def _window_states(states: ArrayLike, k: int, lo: int, scale: Scale) -> NDArray[np.int64]:
+def _window_states(states: ArrayLike, lo: int, model: QuiltModel, scale: Scale) -> NDArray[np.int64]:
+    if scale.mode != model.mode:
+        raise ReleaseError(f"σ was computed under mode {scale.mode!r}, the model's mode is {model.mode!r}")
+    k = model.k
     raw = np.asarray(states)
     if raw.ndim != 1 or raw.size == 0:
         raise ReleaseError("a window needs a non-empty 1-D sequence of states")
@@ -205,7 +214,7 @@ def _window_states(states: ArrayLike, k: int, lo: int, scale: Scale) -> NDArray[
 
 
 def _publish(
-    kind: str, exact: NDArray[np.int64], L: int, grid: int, lo: int, W: int, scale: Scale, model: str,
+    kind: str, exact: NDArray[np.int64], L: int, lo: int, W: int, model: QuiltModel, scale: Scale,
     source: BitSource, query: dict[str, Any], clip: bool, bounds: tuple[int, int],
 ) -> AggregateRelease:
     """Add i.i.d. discrete Laplace noise of scale ≥ L·σ (lattice steps) to integer ``exact``."""
@@ -215,8 +224,8 @@ def _publish(
         noisy = np.clip(noisy, *bounds)
     return AggregateRelease(
         kind=kind, lo=int(lo), hi=int(lo) + W - 1, values=tuple(int(v) for v in noisy),
-        lipschitz=float(L), sigma=float(scale.sigma), beta=float(L * scale.sigma), grid=float(grid),
-        noise_num=law.num, noise_den=law.den, epsilon=float(scale.epsilon), model=model, mode=scale.mode,
+        lipschitz=float(L), sigma=float(scale.sigma), beta=float(L * scale.sigma), grid=1.0,
+        noise_num=law.num, noise_den=law.den, epsilon=float(scale.epsilon), model=model.identifier, mode=model.mode,
         t_independent=bool(scale.t_independent), T=scale.T, witness=scale.witness.as_dict(),
         sampler="seeded" if source.deterministic else "csprng", deterministic=bool(source.deterministic),
         clipped=bool(clip), query=query,
