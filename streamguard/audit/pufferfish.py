@@ -149,16 +149,16 @@ def pufferfish_epsilon(chain: MarkovChain, T: int, releases: Sequence[LaplaceRel
     """
     dens, possible, _ = _densities(chain, T, releases)
     k = chain.k
-    with np.errstate(divide="ignore"):
-        logs = np.log(dens).reshape(T, k, -1)
     pairs = np.full((T, k, k), np.nan)
-    for a in range(k):
-        for b in range(k):
-            if a == b:
-                continue
-            diff = (logs[:, a, :] - logs[:, b, :]).max(axis=1)
-            ok = possible[:, a] & possible[:, b]
-            pairs[ok, a, b] = diff[ok]
+    with np.errstate(divide="ignore", invalid="ignore"):  # impossible secrets: log 0, masked below
+        logs = np.log(dens).reshape(T, k, -1)
+        for a in range(k):
+            for b in range(k):
+                if a == b:
+                    continue
+                diff = (logs[:, a, :] - logs[:, b, :]).max(axis=1)
+                ok = possible[:, a] & possible[:, b]
+                pairs[ok, a, b] = diff[ok]
     return PufferfishResult(pairs)
 
 
