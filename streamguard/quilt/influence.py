@@ -46,7 +46,6 @@ e(a, b) is automatically non-increasing in a and b and ≥ the one-sided values.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -69,9 +68,9 @@ EIG_TOL = 1e-12
 
 
 @kernel
-def _log_ratio_rows(logpow, r0, s_idx, t_idx, fwd, braw):  # pragma: no cover - compiled
-    """Rows r ≥ r0 of the raw per-pair tables from log P^r:
-    fwd[r,p] = max_y log P^r(s,y)/P^r(t,y), braw[r,p] = max_x log P^r(x,s)/P^r(x,t)."""
+def _log_ratio_rows_into(logpow, r0, s_idx, t_idx, fwd, braw):  # pragma: no cover - compiled
+    """Raw per-pair tables from log P^r for the rows r ≥ r0 of ``logpow``, written to fwd[r − r0]:
+    fwd[·,p] = max_y log P^r(s,y)/P^r(t,y), braw[·,p] = max_x log P^r(x,s)/P^r(x,t)."""
     n = logpow.shape[0]
     k = logpow.shape[1]
     for r in range(r0, n):
@@ -100,8 +99,8 @@ def _log_ratio_rows(logpow, r0, s_idx, t_idx, fwd, braw):  # pragma: no cover - 
                     break
                 if u - v > g:
                     g = u - v
-            fwd[r, p] = f
-            braw[r, p] = g
+            fwd[r - r0, p] = f
+            braw[r - r0, p] = g
 
 
 @kernel
@@ -214,6 +213,13 @@ def finish_reference(vals: NDArray[np.float64]) -> NDArray[np.float64]:
 # ------------------------------------------------------------------------------------- the tables
 
 
+def _regrow(a: NDArray[np.float64], n: int, cap: int) -> NDArray[np.float64]:
+    """A new array of ``cap`` rows holding the first ``n`` rows of ``a``."""
+    out = np.empty((cap,) + a.shape[1:])
+    out[:n] = a[:n]
+    return out
+
+
 def _pairs(k: int) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     s_idx, t_idx = np.array([(s, t) for s in range(k) for t in range(k) if s != t], dtype=np.int64).T
     index = {(int(s), int(t)): p for p, (s, t) in enumerate(zip(s_idx, t_idx))}
@@ -310,10 +316,11 @@ class ChainTables:
                     if self._rate is None:
                         self.unbounded_reason = "|λ₂| = 1, so the approximate bound does not apply"
         self.pairs = 1 if mode in ("approx", "approx-rev") else len(self.s_idx)
-        self._n = 0  # rows 0.._n−1 are computed
-        self._logpow = np.empty((0, self.k, self.k))
-        self._fwd_raw = np.empty((0, len(self.s_idx)))
-        self._braw = np.empty((0, len(self.s_idx)))
+        self._n = 0  # rows 0.._n−1 are computed; arrays have spare capacity beyond
+        npairs = len(self.s_idx)
+        self._logpow = np.empty((0, self.k, self.k))  # kept for mode q only (supports of μ)
+        self._fwd_raw = np.empty((0, npairs))
+        self._braw = np.empty((0, npairs))
         self._fwd_fin = np.empty((0, self.pairs))
         self._bwd_ti = np.empty((0, self.pairs))
         self._last_power = np.eye(self.k)
@@ -325,38 +332,52 @@ class ChainTables:
         return self._n
 
     def ensure(self, R: int) -> None:
-        """Make distances 0..R available (tables grow by doubling)."""
+        """Make distances 0..R available (exactly; storage grows by doubling)."""
         if R < self._n:
             return
         if (R + 1) * max(self.pairs, 1) > MAX_TABLE_CELLS:
             raise ModelError(f"max-influence tables up to distance {R} would need more than {MAX_TABLE_CELLS} "
                              "cells: the chain mixes too slowly for this search")
-        n_new = max(R + 1, 2 * self._n, 16)
+        n0, n1 = self._n, R + 1
+        if n1 > len(self._fwd_fin):
+            cap = max(n1, 2 * len(self._fwd_fin), 16)
+            self._fwd_fin = _regrow(self._fwd_fin, n0, cap)
+            self._bwd_ti = _regrow(self._bwd_ti, n0, cap)
+            if self.mode not in ("approx", "approx-rev"):
+                self._fwd_raw = _regrow(self._fwd_raw, n0, cap)
+                self._braw = _regrow(self._braw, n0, cap)
+                if self.mode == "q":
+                    self._logpow = _regrow(self._logpow, n0, cap)
         if self.mode in ("approx", "approx-rev"):
-            self._grow_approx(n_new)
+            self._grow_approx(n0, n1)
         else:
-            self._grow_exact(n_new)
-        self._n = n_new
+            self._grow_exact(n0, n1)
+        self._n = n1
 
-    def _grow_exact(self, n_new: int) -> None:
-        n0, k = self._n, self.k
-        logpow = np.empty((n_new, k, k))
-        logpow[:n0] = self._logpow
-        self._last_power = _log_powers(self.chain.matrix, self._last_power, n0, logpow)
-        fwd_raw = np.empty((n_new, len(self.s_idx)))
-        braw = np.empty((n_new, len(self.s_idx)))
-        fwd_raw[:n0], braw[:n0] = self._fwd_raw, self._braw
-        _log_ratio_rows(logpow, n0, self.s_idx, self.t_idx, fwd_raw, braw)
-        self._logpow, self._fwd_raw, self._braw = logpow, fwd_raw, braw
-        self._fwd_fin = self._extend_finished(self._fwd_fin, fwd_raw[n0:].copy())
+    def _grow_exact(self, n0: int, n1: int) -> None:
+        if self.mode == "q":
+            logpow = self._logpow[:n1]
+            self._last_power = _log_powers(self.chain.matrix, self._last_power, n0, logpow)
+            rows, r0 = logpow, n0
+        else:  # only the new rows are needed, in a scratch buffer indexed from n0
+            scratch = np.empty((n1, self.k, self.k)) if n0 == 0 else np.empty((n1 - n0 + 1, self.k, self.k))
+            off = 0 if n0 == 0 else n0 - 1
+            scratch_last = self._last_power
+            self._last_power = _log_powers(self.chain.matrix, scratch_last, n0 - off, scratch)
+            rows, r0 = scratch, n0 - off
+        fwd_raw, braw = self._fwd_raw[n0:n1], self._braw[n0:n1]
+        _log_ratio_rows_into(rows, r0, self.s_idx, self.t_idx, fwd_raw, braw)
+        self._fwd_fin[n0:n1] = fwd_raw
+        _finish_rows(self._fwd_fin[:n1], n0, E_SLACK)
         if self.mode == "stat":
-            self._bwd_ti = self._extend_finished(self._bwd_ti, braw[n0:] + self._norm_stat)
+            self._bwd_ti[n0:n1] = braw + self._norm_stat
+            _finish_rows(self._bwd_ti[:n1], n0, E_SLACK)
         elif self.mode == "supq":  # conservative i = a + 1: normaliser U_a(t,s) = braw[a, rev]
-            self._bwd_ti = self._extend_finished(self._bwd_ti, braw[n0:] + braw[n0:][:, self.rev])
+            self._bwd_ti[n0:n1] = braw + braw[:, self.rev]
+            _finish_rows(self._bwd_ti[:n1], n0, E_SLACK)
 
-    def _grow_approx(self, n_new: int) -> None:
-        n0 = self._n
-        t = np.arange(n0, n_new, dtype=np.float64)
+    def _grow_approx(self, n0: int, n1: int) -> None:
+        t = np.arange(n0, n1, dtype=np.float64)
         if self._rate is None:
             delta = np.full(t.shape, np.inf)
         else:
@@ -365,15 +386,10 @@ class ChainTables:
             ok = r < 1.0
             rs = np.where(ok, r, 0.0)
             delta = np.where(ok, np.log1p(rs) - np.log1p(-rs), np.inf)
-        self._fwd_fin = self._extend_finished(self._fwd_fin, delta[:, None].copy())
-        self._bwd_ti = self._extend_finished(self._bwd_ti, 2.0 * delta[:, None])
-
-    @staticmethod
-    def _extend_finished(old: NDArray[np.float64], new_raw: NDArray[np.float64]) -> NDArray[np.float64]:
-        out = np.concatenate([old, new_raw]) if len(old) else new_raw
-        out = np.ascontiguousarray(out)
-        _finish_rows(out, len(old), E_SLACK)
-        return out
+        self._fwd_fin[n0:n1, 0] = delta
+        self._bwd_ti[n0:n1, 0] = 2.0 * delta
+        _finish_rows(self._fwd_fin[:n1], n0, E_SLACK)
+        _finish_rows(self._bwd_ti[:n1], n0, E_SLACK)
 
     # -- views ------------------------------------------------------------------------------
     def ti(self, R: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -437,7 +453,7 @@ class ChainTables:
         M = M / M.sum(axis=1, keepdims=True)
         lp = _log(M)[None]
         fwd, braw = np.empty((1, len(self.s_idx))), np.empty((1, len(self.s_idx)))
-        _log_ratio_rows(lp, 0, self.s_idx, self.t_idx, fwd, braw)
+        _log_ratio_rows_into(lp, 0, self.s_idx, self.t_idx, fwd, braw)
         return braw[0]
 
 
