@@ -13,6 +13,7 @@ import math
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,8 +31,10 @@ from streamguard.ledger.events import (
 from streamguard.ledger.odometer import odometer
 from streamguard.ledger.recheck import RecheckError, recheck
 from streamguard.ledger.store import BudgetExceeded, Ledger, LedgerCorrupt, LedgerError
-from streamguard.quilt import QuiltModel, sigma_inf
+from streamguard.quilt import QuiltModel, sigma_inf, sigma_max, sigma_supq
 from streamguard.quilt.accountant import QuiltAccountant
+from streamguard.quilt.release import histogram
+from streamguard.sampling import SeededSource
 
 C1 = MarkovChain([[0.9, 0.1], [0.2, 0.8]])
 C2 = MarkovChain([[0.8, 0.2], [0.2, 0.8]])
@@ -133,6 +136,16 @@ def test_redaction_and_channel_events_fail_closed() -> None:
     del doc["extra"], doc["total"]
     with pytest.raises(EventError, match="missing key 'total'"):
         event_from_json(doc)
+
+
+def test_event_from_an_aggregate_release(m1: QuiltModel) -> None:
+    scale = sigma_max(m1, 1.0, 30)
+    rel = histogram(np.zeros(30, dtype=np.int8), 0, m1, scale, SeededSource(5))
+    ev = AggregateEvent.from_release(rel, "d", "s", time=2.0)
+    assert (ev.lo, ev.hi, ev.lipschitz, ev.T, ev.t_independent) == (0, 29, 2.0, 30, False)
+    assert ev.load == rel.load and ev.beta == rel.beta and ev.witness == json.loads(json.dumps(dict(rel.witness)))
+    assert ev.deterministic and ev.sampler == "seeded"
+    assert event_from_json(ev.to_json()) == ev
 
 
 # ------------------------------------------------------------------------------- store and replay
@@ -446,3 +459,29 @@ def test_recheck_flags_an_admission_over_its_budget_and_a_foreign_model(
     assert "model" in _kinds(report)
     with pytest.raises(RecheckError, match="format"):
         recheck({"format": "other"})
+
+
+def test_recheck_accepts_finite_length_releases_the_accountant_charges_more(tmp_path: Path) -> None:
+    """σ_max(T) under E-supq: the accountant (restricted quilts, conservative table) charges more
+    than the release's own target. That is not a discrepancy: nothing is under-counted."""
+    model = QuiltModel(C1, "supq")
+    scale = sigma_max(model, 1.0, 30)
+    rel = histogram(np.ones(30, dtype=np.int8), 0, model, scale, SeededSource(1))
+    with Ledger.open(tmp_path / "l.db") as led:
+        led.commit(AggregateEvent.from_release(rel, "d", "s"), model=model)
+        eps = led.book("d", "s").accountants[model.identifier].eps_max()
+        doc = odometer(led, "d", "s")
+        report = recheck(led.export())
+    assert eps > 1.0 + 1e-3  # the conservative charge
+    assert report["ok"], report["discrepancies"]
+    assert doc["aggregate"]["models"][0]["paper"]["thm_III7_sum"] == {"epsilon": 1.0}
+    assert doc["aggregate"]["warning"].startswith("a release used the deterministic (seeded) sampler")
+    # a length-independent release's own claim is checked: lowering its target is flagged
+    sup = sigma_supq(model, 1.0)
+    ev = AggregateEvent(device="d", stream="t", kind="count", lo=5, hi=60, lipschitz=1.0, beta=sup.sigma,
+                        sigma=sup.sigma, epsilon=0.9, model=model.identifier, mode="supq", witness={},
+                        t_independent=True, sampler="csprng", deterministic=False)
+    with Ledger.open(tmp_path / "m.db") as led:
+        led.commit(ev, model=model)
+        report = recheck(led.export())
+    assert [d["kind"] for d in report["discrepancies"]] == ["release-claim"]

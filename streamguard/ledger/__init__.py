@@ -35,3 +35,26 @@ __all__ = [
     "thm_III6",
     "thm_III7",
 ]
+
+# The persisted ledger: release events, write-ahead store with the budget filter, odometer, re-check.
+from .events import AggregateEvent, ChannelClaim, ChannelEvent, Event, EventError, RedactionEvent, event_from_json
+from .odometer import odometer
+from .recheck import RecheckError, recheck
+from .store import BudgetExceeded, Ledger, LedgerCorrupt, LedgerError
+
+__all__ += [
+    "AggregateEvent",
+    "BudgetExceeded",
+    "ChannelClaim",
+    "ChannelEvent",
+    "Event",
+    "EventError",
+    "Ledger",
+    "LedgerCorrupt",
+    "LedgerError",
+    "RecheckError",
+    "RedactionEvent",
+    "event_from_json",
+    "odometer",
+    "recheck",
+]
