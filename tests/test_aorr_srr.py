@@ -209,3 +209,17 @@ def test_17x5_aorr_matches_the_note_scale():
 def test_bad_budgets_are_refused(design, eps, lam, message):
     with pytest.raises(DesignError, match=message):
         design(CASE_A, eps, lam=lam)
+
+
+def test_enumeration_in_small_chunks_finds_the_same_vertices(monkeypatch):
+    """Supports are solved in chunks of CHUNK; a tiny chunk size must not change the vertex set."""
+    import streamguard.perturbation.aorr as aorr
+
+    rng = np.random.default_rng(7)
+    p = rng.random((3, 7))
+    joint = Joint(p / p.sum())
+    args = (joint.s_given_x.T, math.exp(-0.4) * joint.p_s, math.exp(0.6) * joint.p_s)
+    whole = polytope_vertices(*args)
+    monkeypatch.setattr(aorr, "CHUNK", 3)
+    np.testing.assert_array_equal(polytope_vertices(*args), whole)
+    assert len(whole) > 7
