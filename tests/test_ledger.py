@@ -386,6 +386,17 @@ def test_the_database_is_wal_with_full_sync(tmp_path: Path) -> None:
         assert led._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
+def test_another_database_is_left_alone(tmp_path: Path) -> None:
+    other = tmp_path / "outbox.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE outbox (id INTEGER PRIMARY KEY)")
+    db.commit()
+    with pytest.raises(LedgerError, match="not a streamguard ledger"):
+        Ledger.open(other)
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["outbox"]
+    db.close()
+
+
 # ------------------------------------------------------------------------------- export and recheck
 
 

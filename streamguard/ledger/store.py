@@ -221,6 +221,9 @@ class Ledger:
         else:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:  # never add the ledger's tables to another database
+                raise LedgerError(f"{path}: a database that is not a streamguard ledger")
             if not readonly:
                 mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if mode != "wal":
@@ -268,7 +271,10 @@ class Ledger:
         for row in self._db.execute(
                 "SELECT id, body, guarantee, would_be, budget, stored_at FROM refusals ORDER BY id"):
             rid, body, guarantee, would_be, budget, stored_at = row
-            event = event_from_json(json.loads(body))
+            try:
+                event = event_from_json(json.loads(body))
+            except (EventError, ValueError) as exc:
+                raise LedgerCorrupt(f"refusal {rid}: unreadable ({exc})") from None
             self._refusals.setdefault(event.key, []).append(
                 Refusal(rid, event, guarantee, float(would_be), budget, stored_at))
         self._check_derived()
@@ -348,11 +354,6 @@ class Ledger:
     def head(self) -> tuple[int, str]:
         """(last event id, its digest): what an export's chain must end with."""
         return self._last_id, self._head
-
-    def rows(self) -> Iterator[tuple[int, str, str, float | None, float]]:
-        """Every event row in order: (id, canonical body, digest, admitted budget, stored_at)."""
-        with self._lock:
-            yield from self._db.execute("SELECT id, body, digest, budget, stored_at FROM events ORDER BY id").fetchall()
 
     # -- writing ---------------------------------------------------------------------------------
     @contextmanager
