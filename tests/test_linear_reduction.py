@@ -23,6 +23,8 @@ from streamguard.perturbation.linear_reduction_lp import (
     cost_matrix, expected_cost, markov_lp_kernel, northwest_corner, transport_kernel)
 
 TOL = 1e-6
+#: Comparing optimal values of different LPs: HiGHS's feasibility/optimality tolerances are ~1e−7.
+LP_TOL = 1e-6
 DESIGNERS = (linear_markov_channel, linear_optimal_markov_channel, linear_nonmarkov_channel, direct_eps_lp)
 
 
@@ -304,11 +306,13 @@ def test_northwest_corner_marginals() -> None:
 
 
 @st.composite
-def joints(draw: st.DrawFn) -> Joint:
-    """|S| ∈ 1..4, |X| ∈ 2..8, Dirichlet(0.8) rows, sometimes with zeros in P_{X|S} (P_X stays > 0)."""
+def joints(draw: st.DrawFn, extreme: bool = True) -> Joint:
+    """|S| ∈ 1..4, |X| ∈ 2..8, Dirichlet rows (concentration 0.8 or 3; with ``extreme`` also 0.05,
+    which gives probabilities down to 1e−30 and below), sometimes with zeros in P_{X|S} (P_X > 0)."""
     n_s, n_x = draw(st.integers(1, 4)), draw(st.integers(2, 8))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    rows = rng.dirichlet(np.full(n_x, 0.8), size=n_s)
+    rows = rng.dirichlet(np.full(n_x, draw(st.sampled_from([0.8, 3.0, 0.05] if extreme else [0.8, 3.0]))),
+                         size=n_s)
     if draw(st.booleans()):
         rows[rng.random(rows.shape) < 0.2] = 0.0
         rows[:, rng.integers(n_x)] += 1e-3   # every row keeps some mass
@@ -316,36 +320,60 @@ def joints(draw: st.DrawFn) -> Joint:
         rows /= rows.sum(axis=1, keepdims=True)
     p_s = rng.dirichlet(np.ones(n_s))
     p = p_s[:, None] * rows
+    assume(np.all(p.sum(axis=0) > 0))
     return Joint(p / p.sum())
 
 
-def _frac_leakage_bound(joint: Joint, matrix: np.ndarray, inputs: str) -> tuple[list[list[Fraction]], list[Fraction]]:
-    """Exact P_{Y|S} (rationals) from the float joint and channel, and exact P_S (the joint
-    normalised: a Joint sums to 1 only within model.SUM_TOL)."""
+def stored_rows(matrix: np.ndarray) -> list[list[Fraction]]:
+    """The stored channel as exact rationals, each row divided by its exact sum."""
+    rows = [[Fraction(float(v)) for v in row] for row in matrix]
+    return [[v / sum(row) for v in row] for row in rows]
+
+
+def quantised_rows(matrix: np.ndarray, bits: int = 63) -> list[list[Fraction]]:
+    """An independent model of the sampler's quantisation (perturbation/sampler.py docstring): per
+    row, counts ⌊p·2⁶³⌋ plus one for the largest remainders until the row sums to 2⁶³, and a
+    positive entry that got no count raised to one count taken from the row's largest entry."""
+    one = 1 << bits
+    out = []
+    for row in stored_rows(matrix):
+        counts = [math.floor(v * one) for v in row]
+        by_remainder = sorted(range(len(row)), key=lambda j: (-(row[j] * one - counts[j]), j))
+        for j in by_remainder[:one - sum(counts)]:
+            counts[j] += 1
+        for j, v in enumerate(row):
+            if v > 0 and counts[j] == 0:
+                counts[j] = 1
+                counts[max(range(len(row)), key=lambda i: (counts[i], -i))] -= 1
+        out.append([Fraction(c, one) for c in counts])
+    return out
+
+
+def _exact_holds(joint: Joint, rows: list[list[Fraction]], inputs: str, measure: str, epsilon: float) -> bool:
+    """The claim in exact arithmetic on a rational channel: with exact P_{Y|S} (the joint normalised:
+    a Joint sums to 1 only within model.SUM_TOL), every ratio R must satisfy R ≤ e^ε; checked as
+    R ≤ max(1 + ε, fl(e^ε)·(1 − 2⁻⁵⁰)), which implies it (e^ε ≥ 1 + ε, and fl(e^ε) is within 2⁻⁵²
+    of e^ε relatively)."""
     n_s, n_x = joint.n_s, joint.n_x
     p = [[Fraction(float(v)) for v in row] for row in joint.p]
     total = sum(sum(row) for row in p)
     p_s = [sum(row) / total for row in p]
-    w = [[Fraction(float(v)) for v in row] for row in matrix]
-    pys = [[sum(p[s][x] / (p_s[s] * total) * w[x if inputs == "x" else s * n_x + x][y] for x in range(n_x))
-            for y in range(matrix.shape[1])] for s in range(n_s)]
-    return pys, p_s
-
-
-def _exact_holds(joint: Joint, matrix: np.ndarray, inputs: str, measure: str, epsilon: float) -> bool:
-    """The claim in exact arithmetic: every ratio R must satisfy R ≤ e^ε; checked as
-    R ≤ max(1 + ε, fl(e^ε)·(1 − 2⁻⁵⁰)), which implies it (e^ε ≥ 1 + ε, and fl(e^ε) is within 2⁻⁵²
-    of e^ε relatively)."""
-    pys, p_s = _frac_leakage_bound(joint, matrix, inputs)
+    pys = [[sum(p[s][x] / (p_s[s] * total) * rows[x if inputs == "x" else s * n_x + x][y] for x in range(n_x))
+            for y in range(len(rows[0]))] for s in range(n_s)]
     bound = max(1 + Fraction(epsilon), Fraction(math.exp(epsilon)) * (1 - Fraction(1, 2**50)))
     cols = range(len(pys[0]))
     if measure == "ldp":
         pairs = [(max(c), min(c)) for c in ([row[y] for row in pys] for y in cols) if max(c) > 0]
     else:
-        p_y = [sum(p_s[s] * pys[s][y] for s in range(len(pys))) for y in cols]
-        pairs = [pr for y in cols if p_y[y] > 0 for s in range(len(pys))
+        p_y = [sum(p_s[s] * pys[s][y] for s in range(n_s)) for y in cols]
+        pairs = [pr for y in cols if p_y[y] > 0 for s in range(n_s)
                  for pr in ((pys[s][y], p_y[y]), (p_y[y], pys[s][y]))]
     return all(lo > 0 and hi <= bound * lo for hi, lo in pairs)
+
+
+def _exact_input_ldp_holds(rows: list[list[Fraction]], epsilon: float) -> bool:
+    bound = Fraction(math.exp(epsilon)) * (1 - Fraction(1, 2**50))
+    return all(min(col) > 0 and max(col) <= bound * min(col) for col in zip(*rows, strict=True))
 
 
 @given(joints(), st.floats(0.0, 1.0))
@@ -383,7 +411,7 @@ def test_exact_alpha_is_tight_and_minimal(joint: Joint, frac: float, measure: st
         assert leakage(joint, target(joint, alpha - 1e-6), measure) > eps    # smallest α meeting ε
     x_leak = leakage(joint, joint.x_given_s, measure)
     if math.isfinite(x_leak):
-        assert alpha_for(joint, x_leak * 1.000001, measure) == 0.0
+        assert alpha_for(joint, x_leak * 1.000001, measure) <= 1e-12   # no reduction needed (up to rounding)
 
 
 @given(joints(), st.floats(0.0, 3.0), st.floats(0.0, 3.0))
@@ -393,10 +421,12 @@ def test_alpha_for_both_meets_both(joint: Joint, e1: float, e2: float) -> None:
     assert ldp_leakage(t) <= e1 + 1e-9 and log_lift_leakage(joint.p_s, t) <= e2 + 1e-9
 
 
-@given(joints(), st.floats(0.0, 1.0))
+@given(joints(extreme=False), st.floats(0.0, 1.0))
 def test_optimal_kernels_realise_the_target_and_order(joint: Joint, alpha: float) -> None:
     """D_TV(non-Markov) ≤ D_TV(optimal Markov) ≤ D_TV(Lemma 1); Prop. 1 closed form == LP ==
-    α·Σ_s P_S·TV(P_{X|S=s}, P_X); quantile == LP for |i−j| and (i−j)²."""
+    α·Σ_s P_S·TV(P_{X|S=s}, P_X); quantile == LP for |i−j| and (i−j)². (The raw LPs on joints with
+    probabilities near 1e−30 are not this accurate; the designers re-check and fall back, which
+    the next property covers on such joints.)"""
     t = target(joint, alpha)
     k1 = lemma1_kernel(joint, alpha)
     km = markov_lp_kernel(joint, t, "tv")
@@ -426,8 +456,11 @@ def test_optimal_kernels_realise_the_target_and_order(joint: Joint, alpha: float
 
 @given(joints(), st.floats(0.0, 1.0), st.sampled_from(["ldp", "log_lift"]))
 def test_channels_meet_their_claims_exactly_and_tightly(joint: Joint, frac: float, measure: str) -> None:
+    """Every designer's claims hold in exact arithmetic on the stored and on the sampled (quantised)
+    channel; the linear-reduction kinds are tight; relaxations are at least as good."""
     base = leakage(joint, target(joint, 1e-9), measure)
     eps = frac * min(base, 3.0)
+    well_conditioned = bool(joint.p[joint.p > 0].min() >= 1e-6)
     for design in DESIGNERS:
         ch = design(joint, eps, measure=measure)
         notion = "ldp_s" if measure == "ldp" else "log_lift"
@@ -435,20 +468,34 @@ def test_channels_meet_their_claims_exactly_and_tightly(joint: Joint, frac: floa
         realised = leakage(joint, ch.effective(joint), measure)
         independent = bool(np.all(ch.matrix == ch.matrix[0]))   # then exactly 0, whatever the rounding
         assert realised <= eps or independent
-        assert _exact_holds(joint, ch.matrix, ch.inputs, measure, eps)
-        alpha = ch.params.get("alpha")   # the linear-reduction kinds: exact α is tight
-        if alpha is not None and 1e-6 < eps and alpha < 1.0:
-            assert realised >= eps - TOL or alpha == 0.0   # tight unless no reduction is needed
+        for rows in (stored_rows(ch.matrix), quantised_rows(ch.matrix)):   # as stored, as sampled
+            assert _exact_holds(joint, rows, ch.inputs, measure, eps)
+            for claim in ch.claims:
+                if claim.notion == "ldp_x":
+                    assert _exact_input_ldp_holds(rows, claim.params["epsilon"])
+        alpha = ch.params.get("alpha")   # the linear-reduction kinds: exact α is tight (unless α = 0 does)
+        if alpha is not None and 1e-6 < eps and alpha not in (0.0, 1.0):
+            assert realised >= eps - (TOL if well_conditioned else 1e-4) * max(1.0, eps)
         if design is linear_markov_channel and alpha > 0:
-            bonus = next(c.params["epsilon"] for c in ch.claims if c.notion == "ldp_x")
+            bonus = next((c.params["epsilon"] for c in ch.claims if c.notion == "ldp_x"), None)
+            if bonus is None:   # omitted only when an entry is below the sampler's grain
+                assert alpha * joint.p_x.min() <= 2 * joint.n_x * 2.0 ** -63
+                continue
             assert bonus >= ldp_leakage(ch.matrix)
-            assert bonus == pytest.approx(math.log1p((1 - alpha) / (alpha * joint.p_x.min())), abs=1e-9)
-    # at one budget the utilities are ordered: each relaxation is at least as good
+            formula = math.log1p((1 - alpha) / (alpha * joint.p_x.min()))
+            assert bonus >= formula   # rounded up for float and quantisation error only:
+            if joint.p_x.min() * alpha > 1e-6:
+                assert bonus == pytest.approx(formula, abs=1e-9)
+    # at one budget the utilities are ordered: each relaxation is at least as good. (With probabilities
+    # below 1e−6 an LP may fail or lose accuracy and its designer falls back to the closed form,
+    # recorded in params["method"]: only the claims above are promised there.)
+    if not well_conditioned:
+        return
     lemma1, optimal, nonmarkov, direct = (expected_cost(joint, design(joint, eps, measure=measure).matrix, "tv")
                                           for design in DESIGNERS)
     direct_markov = expected_cost(joint, direct_eps_lp(joint, eps, measure=measure, markov=True).matrix, "tv")
     direct_free = expected_cost(joint, direct_eps_lp(joint, eps, measure=measure, preserve_marginal=False).matrix,
                                 "tv")
-    assert nonmarkov <= optimal + 1e-8 and optimal <= lemma1 + 1e-8
-    assert direct_markov <= optimal + 1e-7 and direct <= nonmarkov + 1e-7 and direct <= direct_markov + 1e-7
-    assert direct_free <= direct + 1e-7
+    assert nonmarkov <= optimal + LP_TOL and optimal <= lemma1 + LP_TOL
+    assert direct_markov <= optimal + LP_TOL and direct <= nonmarkov + LP_TOL and direct <= direct_markov + LP_TOL
+    assert direct_free <= direct + LP_TOL

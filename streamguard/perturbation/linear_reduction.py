@@ -42,7 +42,7 @@ Measure = Literal["ldp", "log_lift"]
 NOTION: dict[str, str] = {"ldp": "ldp_s", "log_lift": "log_lift"}
 
 #: Design margins tried in turn, relative to max(1, ε): the channel is designed for ε − margin.
-_MARGINS = (1e-10, 1e-8, 1e-6, 1e-4)
+_MARGINS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
 
 
 # ------------------------------------------------------------------------------------------

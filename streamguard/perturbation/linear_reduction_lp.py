@@ -36,8 +36,15 @@ from .model import DesignError, Joint
 Cost = Literal["tv", "abs", "squared"] | ArrayLike
 Method = Literal["auto", "closed", "quantile", "lp"]
 
-#: HiGHS dual simplex with tight tolerances: vertex solutions, feasibility error ~1e−15 typically.
-_HIGHS: dict[str, Any] = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+#: HiGHS dual-simplex settings tried in turn: tight tolerances give vertex solutions with
+#: feasibility error ~1e−15, but HiGHS may call a badly scaled model (probabilities ~1e−10 and
+#: below) infeasible under them, so looser settings follow. The designers re-check the realised
+#: leakage of whatever is returned, so accuracy here is utility, not privacy.
+_HIGHS: tuple[dict[str, Any], ...] = (
+    {"presolve": False, "primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+    {"presolve": False},
+    {},
+)
 
 
 def cost_matrix(cost: Cost, n: int) -> NDArray[np.float64]:
@@ -89,13 +96,15 @@ def _check_target(joint: Joint, t: ArrayLike) -> NDArray[np.float64]:
 
 def _solve(c: NDArray[np.float64], a_eq: sparse.spmatrix, b_eq: NDArray[np.float64], what: str,
            a_ub: sparse.spmatrix | None = None) -> NDArray[np.float64]:
-    """min c·v s.t. a_eq·v = b_eq, a_ub·v ≤ 0, v ≥ 0 (HiGHS dual simplex); DesignError if it fails."""
+    """min c·v s.t. a_eq·v = b_eq, a_ub·v ≤ 0, v ≥ 0 (HiGHS dual simplex, settings ``_HIGHS`` in
+    turn); DesignError if every one fails."""
     ub = a_ub is not None and a_ub.shape[0] > 0
-    res = linprog(c, A_ub=a_ub if ub else None, b_ub=np.zeros(a_ub.shape[0]) if ub else None,
-                  A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs-ds", options=_HIGHS)
-    if res.status != 0:
-        raise DesignError(f"linear reduction: {what} LP failed ({res.message})")
-    return np.clip(res.x, 0.0, None)
+    for options in _HIGHS:
+        res = linprog(c, A_ub=a_ub if ub else None, b_ub=np.zeros(a_ub.shape[0]) if ub else None,
+                      A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs-ds", options=options)
+        if res.status == 0:
+            return np.clip(res.x, 0.0, None)
+    raise DesignError(f"linear reduction: {what} LP failed ({res.message})")
 
 
 def markov_lp_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv") -> NDArray[np.float64]:
