@@ -19,8 +19,9 @@ vertex solves, for some support T (|T| = k ≤ |𝒮|), some k−1 rows A ⊆ �
     [1_T ; P(A|T)] v_T = [1 ; bound(A, sides)],
 
 which is Σ_k C(|𝒳|,k)·C(|𝒮|,k−1)·2^{k−1} tiny systems (≈ 7·10⁵ for 17×5). They are solved in batches: one
-batched inverse per (k, A) over all supports T, then a mat-vec per choice of sides; candidates with v ≥ 0 and
-all 2|𝒮| bounds met are kept and deduplicated deterministically (rounded to 1e−10, sorted).
+batched inverse per (k, A) over all supports T (chunks of :data:`CHUNK`), times one right-hand side per choice
+of sides; solutions with a negative entry are dropped first, the rest must meet all 2|𝒮| bounds; survivors
+are deduplicated deterministically (rounded to 1e−10, sorted).
 
 Numerics (notes/003 §7): the polytope uses budgets tightened by :data:`.lift.DESIGN_MARGIN`; the LP (HiGHS
 dual simplex) also gets the merged point P_X/P(𝒳) as a column (it lies in Π, so the LP is always feasible;
