@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..quilt.accountant import QuiltAccountant
@@ -97,17 +97,6 @@ def _max_overlap_sum(spans: list[tuple[int, int, float]], lo: int, hi: int) -> f
     return best
 
 
-@dataclass
-class _Aggregates:
-    events: list[tuple[int, AggregateEvent]] = field(default_factory=list)
-    accountants: dict[str, QuiltAccountant] = field(default_factory=dict)
-
-
-@dataclass
-class _Channels:
-    events: list[tuple[int, ChannelEvent]] = field(default_factory=list)
-
-
 class StreamBook:
     """The replayed state of one stream (module docstring). ``model_of(id)`` returns the
     :class:`QuiltModel` an aggregate event names (the ledger registers them)."""
@@ -116,9 +105,10 @@ class StreamBook:
         self.device = device
         self.stream = stream
         self._model_of = model_of
-        self._agg = _Aggregates()
+        self._agg_events: list[tuple[int, AggregateEvent]] = []
+        self._accountants: dict[str, QuiltAccountant] = {}
         self._marks: dict[int, list[tuple[int, RedactionEvent]]] = {}
-        self._chan = _Channels()
+        self._chan_events: list[tuple[int, ChannelEvent]] = []
 
     # -- feeding ---------------------------------------------------------------------------------
     def _check_key(self, event: Event) -> None:
@@ -130,7 +120,7 @@ class StreamBook:
         earlier load) with ``event`` recorded; the book itself is unchanged."""
         self._check_key(event)
         out: dict[str, QuiltAccountant] = {}
-        for mid in {*self._agg.accountants, event.model}:
+        for mid in {*self._accountants, event.model}:
             acc = self._copy_or_new(mid)
             acc.record(event.lo, event.hi, event.load)
             out[mid] = acc
@@ -138,14 +128,14 @@ class StreamBook:
 
     def _copy_or_new(self, model_id: str) -> QuiltAccountant:
         model = self._model_of(model_id)
-        if model_id in self._agg.accountants:
-            return QuiltAccountant.from_json(self._agg.accountants[model_id].to_json(), model)
+        if model_id in self._accountants:
+            return QuiltAccountant.from_json(self._accountants[model_id].to_json(), model)
         return self._new_accountant(model_id)
 
     def _new_accountant(self, model_id: str) -> QuiltAccountant:
         """A fresh accountant for the model, fed with every earlier load (loads are model-free)."""
         acc = QuiltAccountant(self._model_of(model_id))
-        for _, ev in self._agg.events:
+        for _, ev in self._agg_events:
             acc.record(ev.lo, ev.hi, ev.load)
         return acc
 
@@ -156,26 +146,26 @@ class StreamBook:
         self._check_key(event)
         if isinstance(event, AggregateEvent):
             if accountants is None:
-                if event.model not in self._agg.accountants:
-                    self._agg.accountants[event.model] = self._new_accountant(event.model)
-                for acc in self._agg.accountants.values():
+                if event.model not in self._accountants:
+                    self._accountants[event.model] = self._new_accountant(event.model)
+                for acc in self._accountants.values():
                     acc.record(event.lo, event.hi, event.load)
             else:
-                self._agg.accountants = accountants
-            self._agg.events.append((event_id, event))
+                self._accountants = accountants
+            self._agg_events.append((event_id, event))
         elif isinstance(event, RedactionEvent):
             self._marks.setdefault(event.position, []).append((event_id, event))
         else:
-            self._chan.events.append((event_id, event))
+            self._chan_events.append((event_id, event))
 
     # -- what the releases give ------------------------------------------------------------------
     @property
     def aggregate_events(self) -> list[tuple[int, AggregateEvent]]:
-        return list(self._agg.events)
+        return list(self._agg_events)
 
     @property
     def accountants(self) -> dict[str, QuiltAccountant]:
-        return dict(self._agg.accountants)
+        return dict(self._accountants)
 
     @property
     def mark_events(self) -> dict[int, list[tuple[int, RedactionEvent]]]:
@@ -183,11 +173,11 @@ class StreamBook:
 
     @property
     def channel_events(self) -> list[tuple[int, ChannelEvent]]:
-        return list(self._chan.events)
+        return list(self._chan_events)
 
     def families(self) -> list[Family]:
-        present = {"aggregate": bool(self._agg.events), "redaction": bool(self._marks),
-                   "channel": bool(self._chan.events)}
+        present = {"aggregate": bool(self._agg_events), "redaction": bool(self._marks),
+                   "channel": bool(self._chan_events)}
         return [f for f in FAMILIES if present[f]]
 
     def span(self, family: Family) -> tuple[int, int] | None:
@@ -199,11 +189,11 @@ class StreamBook:
 
     def _family_events(self, family: Family) -> Iterator[Event]:
         if family == "aggregate":
-            yield from (ev for _, ev in self._agg.events)
+            yield from (ev for _, ev in self._agg_events)
         elif family == "redaction":
             yield from (ev for evs in self._marks.values() for _, ev in evs)
         else:
-            yield from (ev for _, ev in self._chan.events)
+            yield from (ev for _, ev in self._chan_events)
 
     def mark_leakage(self, position: int) -> float:
         """The worst recorded exact leakage about the private position (max over its events)."""
@@ -211,7 +201,7 @@ class StreamBook:
 
     def ldp_x_max(self) -> float | None:
         """max over records of Σ ε of the ``ldp_x`` claims of the channels that released it."""
-        spans = [(ev.lo, ev.hi, c.epsilon) for _, ev in self._chan.events for c in ev.claims if c.notion == LDP_X]
+        spans = [(ev.lo, ev.hi, c.epsilon) for _, ev in self._chan_events for c in ev.claims if c.notion == LDP_X]
         if not spans:
             return None
         return _max_overlap_sum(spans, min(a for a, _, _ in spans), max(b for _, b, _ in spans))
@@ -221,7 +211,7 @@ class StreamBook:
         channels with that notion (no composition rule)."""
         out: dict[str, float | None] = {}
         seen: dict[str, list[tuple[int, int]]] = {}
-        for _, ev in self._chan.events:
+        for _, ev in self._chan_events:
             for c in ev.claims:
                 if c.notion == LDP_X:
                     continue
@@ -234,7 +224,7 @@ class StreamBook:
 
     def stream_leakage(self) -> tuple[float | None, str | None]:
         """The channel family's exact stream leakage and, if it cannot be given, why (docstring)."""
-        stated = [(ev.channel, ev.model, ev.span(), ev.stream_leakage) for _, ev in self._chan.events]
+        stated = [(ev.channel, ev.model, ev.span(), ev.stream_leakage) for _, ev in self._chan_events]
         if all(s is None for *_, s in stated):
             return None, "no channel release states an exact stream leakage"
         if any(s is None for *_, s in stated):
@@ -249,7 +239,7 @@ class StreamBook:
     def guarantees(self) -> list[Guarantee]:
         """Every number the book gives (the odometer's and the export's ``declared`` figures)."""
         out: list[Guarantee] = []
-        for mid, acc in sorted(self._agg.accountants.items()):
+        for mid, acc in sorted(self._accountants.items()):
             out.append(Guarantee("aggregate", f"aggregate:eps_max:{mid}", float(acc.eps_max())))
         for p in sorted(self._marks):
             out.append(Guarantee("redaction", f"redaction:mark:{p}", self.mark_leakage(p)))
@@ -258,7 +248,7 @@ class StreamBook:
             out.append(Guarantee("channel", f"channel:claim:{LDP_X}", ldp))
         for notion, v in sorted(self.notion_claims().items()):
             out.append(Guarantee("channel", f"channel:claim:{notion}", v))
-        if any(ev.stream_leakage is not None for _, ev in self._chan.events):
+        if any(ev.stream_leakage is not None for _, ev in self._chan_events):
             out.append(Guarantee("channel", "channel:stream_leakage", self.stream_leakage()[0]))
         return out
 
@@ -286,7 +276,7 @@ class StreamBook:
         "not composed"), or None if the event fits. Nothing is recorded."""
         self._check_key(event)
         if isinstance(event, AggregateEvent):
-            for mid in sorted({*self._agg.accountants, event.model}):
+            for mid in sorted({*self._accountants, event.model}):
                 acc = self._copy_or_new(mid)
                 if acc.would_exceed(event.lo, event.hi, event.load, budget):
                     return Guarantee("aggregate", f"aggregate:eps_max:{mid}",
@@ -297,7 +287,7 @@ class StreamBook:
             value = max(prior, event.total)
             return Guarantee("redaction", f"redaction:mark:{event.position}", value) if value > budget else None
         trial = StreamBook(self.device, self.stream, self._model_of)
-        trial._chan.events = [*self._chan.events, (-1, event)]
+        trial._chan_events = [*self._chan_events, (-1, event)]
         for g in trial.guarantees():
             value = math.inf if g.value is None else g.value
             if value > budget:
