@@ -19,8 +19,9 @@ optimal kernels live in :mod:`~streamguard.perturbation.linear_reduction_lp`.
 Every designer re-evaluates the leakage on the *realised* channel (P_{Y|S} = P_{X|S}·K, or
 Σ_x P(x|s)·K[(s,x)]) and never returns a channel whose claim fails: it designs for ε − margin
 and, if the realised kernel still misses ε by float error, tightens the margin and re-solves
-(notes/004 §7 "Numeric pitfalls"). The float check keeps a slack ``_slack(joint)`` that bounds
-the rounding error of those non-negative sums, so the claim also holds in exact arithmetic.
+(notes/004 §7 "Numeric pitfalls"). The float check keeps slacks that bound the rounding error of
+those non-negative sums and the sampler's 2⁻⁶³ quantisation, so the claim also holds in exact
+arithmetic, on the stored channel and on the one ``perturbation.sampler`` realises.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ def _check_alpha(alpha: float) -> float:
     return a
 
 
-def _check_epsilon(epsilon: float, what: str = "epsilon") -> float:
+def _check_epsilon(epsilon: float) -> float:
     e = float(epsilon)
     if not (math.isfinite(e) and e >= 0.0):
-        raise DesignError(f"linear reduction: {what} must be a finite number ≥ 0, got {epsilon!r}")
+        raise DesignError(f"linear reduction: epsilon must be a finite number ≥ 0, got {epsilon!r}")
     return e
 
 

@@ -164,7 +164,8 @@ def default_method(cost: Cost) -> Method:
 
 def transport_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv", *, method: Method = "auto") -> NDArray[np.float64]:
     """The optimal non-Markov kernel P_{Y|S,X} (rows s·|X| + x', columns x) realising the target T:
-    per s, optimal transport from P_{X|S=s} to T[s] (notes/004 §3.3), kernel = flow / P_{X|S}(x'|s).
+    per s, optimal transport from P_{X|S=s} to T[s] (notes/004 §3.3), each kernel row the flow row
+    divided by its mass (= P_{X|S}(x'|s)).
 
     ``method``: "closed" (maximal coupling, optimal for "tv"), "quantile" (north-west corner on the
     full distributions, optimal for "abs" and "squared"), "lp" (any cost), or "auto" (the closed form
@@ -236,5 +237,5 @@ def direct_eps_kernel(joint: Joint, epsilon: float, measure: str, cost: Cost = "
     return kernel.reshape(n_s * n, n)
 
 
-__all__ = ["Cost", "Method", "cost_label", "cost_matrix", "default_method", "direct_eps_kernel", "expected_cost", "markov_lp_kernel",
-           "northwest_corner", "transport_kernel"]
+__all__ = ["Cost", "Method", "cost_label", "cost_matrix", "default_method", "direct_eps_kernel", "expected_cost",
+           "markov_lp_kernel", "northwest_corner", "transport_kernel"]
