@@ -252,9 +252,10 @@ class StreamConfig(_Strict):
 
 
 class LedgerConfig(_Strict):
-    """The privacy ledger (SQLite): every release is recorded here before it is published."""
+    """The privacy ledger (SQLite): every release is recorded here before it is published.
+    Default path: beside the outbox, ``<outbox stem>.ledger.sqlite``."""
 
-    path: Path = Path("streamguard-ledger.sqlite")
+    path: Path | None = None
 
 
 class OutboxConfig(_Strict):
@@ -322,6 +323,12 @@ class Settings(BaseSettings):
         if toml is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
         return tuple(sources)
+
+    def ledger_path(self) -> Path:
+        """Where the privacy ledger lives (``ledger.path``, default beside the outbox)."""
+        if self.ledger.path is not None:
+            return self.ledger.path
+        return self.outbox.path.with_name(self.outbox.path.stem + ".ledger.sqlite")
 
     def topic(self, *parts: str) -> str:
         return "/".join([self.topic_base, self.device, *parts])

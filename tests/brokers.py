@@ -133,8 +133,10 @@ def _run_broker(workdir: Path, settings: list[str], **credentials: Any) -> Itera
 
 @pytest.fixture
 def mosquitto(tmp_path: Path) -> Iterator[Broker]:
-    """An anonymous broker without persistence."""
-    yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence false"])
+    """An anonymous broker without persistence. Its queue per subscriber is large: a test's
+    subscriber must see every message even when the daemon drains a backlog in one burst at
+    shutdown (Mosquitto's default of 1000 queued QoS 1 messages would drop the rest)."""
+    yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence false", "max_queued_messages 100000"])
 
 
 @pytest.fixture

@@ -496,3 +496,23 @@ def test_recheck_accepts_finite_length_releases_the_accountant_charges_more(tmp_
         led.commit(ev, model=model)
         report = recheck(led.export())
     assert [d["kind"] for d in report["discrepancies"]] == ["release-claim"]
+
+
+def test_commit_all_is_one_durable_transaction_equal_to_single_commits(tmp_path):
+    """The daemon's group commit: several redaction/channel events in one transaction get the
+    same ids, digests and figures as committing them one by one; aggregates are refused there."""
+    from streamguard.ledger.events import RedactionEvent
+    from streamguard.ledger.store import Ledger, LedgerError
+
+    evs = [RedactionEvent(device="d", stream="s", position=5 * i, seq=5 * i, plan="3R:exact", epsilon=1.0,
+                          left=0.4, right=0.5, total=0.9, honoured=True) for i in range(1, 7)]
+    with Ledger.open(tmp_path / "a.sqlite") as one, Ledger.open(tmp_path / "b.sqlite") as many:
+        ids = [one.commit(e) for e in evs]
+        assert many.commit_all(evs[:4]) + many.commit_all(evs[4:]) == ids
+        assert one.head[0] == many.head[0] == len(evs)
+        assert [g.value for g in one.book("d", "s").guarantees()] == [g.value for g in many.book("d", "s").guarantees()]
+    with Ledger.open(tmp_path / "b.sqlite") as again:  # replay checks the digest chain
+        assert len(again.book("d", "s").mark_events) == len(evs)
+        model = QuiltModel([MarkovChain([[0.9, 0.1], [0.2, 0.8]])], "stat")
+        with pytest.raises(LedgerError, match="redaction and channel events only"):
+            again.commit_all([agg(model, 0, 9, 22.3)])

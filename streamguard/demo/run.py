@@ -5,7 +5,9 @@
    malformed frames — to ``streamguard/<device>/<stream>/raw``.
 3. The daemon privatizes them and publishes sanitized records, status and privacy reports.
 4. A subscriber prints, once a second, what a data consumer sees: records in, released,
-   redacted, private marks with their exact achieved leakage, and throughput.
+   redacted, private marks with their exact achieved leakage, and throughput. The occupancy
+   stream also releases a noisy histogram every 50 positions (Markov Quilt Mechanism), admitted
+   by the privacy ledger; the summary shows the ledger's odometer.
 
 At the end it checks what arrived against the simulator's ground truth — every accepted record
 exactly once, in order, released values equal to the true values, nothing raw on a sanitized
@@ -42,10 +44,12 @@ class DemoStream:
     alpha: float
     beta: float
     epsilon: float
+    aggregates: tuple[dict[str, Any], ...] = ()
 
 
 STREAMS = (
-    DemoStream("occupancy", ("vacant", "occupied"), 0.05, 0.2, 1.0),
+    DemoStream("occupancy", ("vacant", "occupied"), 0.05, 0.2, 1.0,
+               ({"query": "histogram", "window": 50, "epsilon": 1.0},)),
     DemoStream("door", ("closed", "open"), 0.1, 0.6, 0.5),
 )
 
@@ -57,7 +61,8 @@ def demo_settings(host: str, port: int, outbox: Path) -> Settings:
         broker={"host": host, "port": port},
         outbox={"path": outbox},
         streams=[{"name": s.name, "labels": list(s.labels), "model": {"alpha": s.alpha, "beta": s.beta},
-                  "epsilon": s.epsilon, "design": "exact", "source": "mqtt"} for s in STREAMS],
+                  "epsilon": s.epsilon, "design": "exact", "source": "mqtt", "aggregates": list(s.aggregates)}
+                 for s in STREAMS],
     )
 
 
@@ -77,6 +82,7 @@ class Watch:
     """What the subscriber saw."""
 
     records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    aggregates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     privacy: dict[str, dict[str, Any]] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     bad_payloads: int = 0
@@ -113,6 +119,8 @@ async def _subscribe(host: str, port: int, watch: Watch, ready: asyncio.Event) -
                 continue
             if parts[-1] == "data":
                 watch.records.setdefault(parts[2], []).append(body)
+            elif parts[-1] == "aggregate":
+                watch.aggregates.setdefault(parts[2], []).append(body)
             elif parts[-1] == "privacy":
                 watch.privacy[parts[2]] = body
             elif parts[-1] == "status":
@@ -133,6 +141,9 @@ def _check(watch: Watch, truth: dict[str, list[int | None]]) -> list[str]:
         for m in watch.privacy.get(s.name, {}).get("recent_marks", []):
             if not m["honoured"] or _leak(m) > s.epsilon * (1 + 1e-9):
                 problems.append(f"{s.name}: mark at {m['seq']} not honoured ({m.get('reason')})")
+        agg = (watch.privacy.get(s.name, {}).get("ledger") or {}).get("aggregate")
+        if s.aggregates and agg is not None and not agg["epsilon"] <= agg["budget"] * (1 + 1e-12):
+            problems.append(f"{s.name}: the ledger's aggregate guarantee exceeds its budget")
         recs = watch.records.get(s.name, [])
         seqs = [r["seq"] for r in recs]
         unique = {r["seq"]: r for r in recs}
@@ -225,5 +236,10 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float) -> str:
             f"marks {len(marks)} ({honoured} honoured), max achieved leakage "
             + (f"{max(leaks):.4f}" if leaks else "—")
         )
+        agg = (pv.get("ledger") or {}).get("aggregate")
+        if agg is not None:
+            lines.append(f"    aggregates: {len(watch.aggregates.get(s.name, []))} noisy histograms published; ledger: "
+                         f"ε = {agg['epsilon']:.4f} for every position (quilt accountant) of budget {agg['budget']:g}; "
+                         f"the paper's Σε would be {agg['models'][0]['paper']['thm_III7_sum'].get('epsilon', '—')}")
     lines.append(f"  simulator sent: {sent}")
     return "\n".join(lines)

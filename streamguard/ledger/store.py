@@ -50,7 +50,7 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -359,6 +359,7 @@ class Ledger:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         self._db.execute("BEGIN IMMEDIATE")
+        self._staged_id, self._staged_head = self._last_id, self._head
         try:
             latest = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
             if latest != self._last_id:
@@ -447,32 +448,59 @@ class Ledger:
                    "ON CONFLICT (device, stream, family) DO UPDATE SET budget = excluded.budget",
                    (event.device, event.stream, event.family, budget))
 
+    def commit_all(self, events: Sequence[Event]) -> list[int]:
+        """:meth:`commit` several redaction or channel events in ONE transaction (one disk sync for
+        all of them; the daemon's group commit). Aggregates go through :meth:`admit` or
+        :meth:`commit` one at a time (each one's accountant state builds on the previous)."""
+        if any(isinstance(ev, AggregateEvent) for ev in events):
+            raise LedgerError("commit_all takes redaction and channel events only")
+        with self._lock:
+            self._writable()
+            if not events:
+                return []
+            with self._transaction() as db:
+                staged = [self._insert(db, ev, None, None) for ev in events]
+            return [self._applied(ev, None, None, *st) for ev, st in zip(events, staged)]
+
     def _commit(self, event: Event, desc: dict[str, Any] | None, budget: float | None) -> int:
+        with self._transaction() as db:
+            staged = self._insert(db, event, desc, budget)
+        return self._applied(event, desc, budget, *staged)
+
+    def _insert(self, db: sqlite3.Connection, event: Event, desc: dict[str, Any] | None,
+                budget: float | None) -> tuple[int, str, dict[str, QuiltAccountant] | None]:
+        """Write ``event`` inside the open transaction; the in-memory state follows in
+        :meth:`_applied` once the transaction is durable. Events staged earlier in the same
+        transaction count (ids and digests chain on from them)."""
         book = self._book(event.key)
         body = canonical(event)
         accountants = book.accountants_after(event) if isinstance(event, AggregateEvent) else None
-        event_id = self._last_id + 1
-        digest = chain_digest(self._head, event_id, body)
-        with self._transaction() as db:
-            if desc is not None:
-                db.execute("INSERT INTO models (id, description) VALUES (?, ?)",
-                           (event.model, json.dumps(desc, sort_keys=True, allow_nan=False)))  # type: ignore[union-attr]
+        event_id = self._staged_id + 1
+        digest = chain_digest(self._staged_head, event_id, body)
+        if desc is not None:
+            db.execute("INSERT INTO models (id, description) VALUES (?, ?)",
+                       (event.model, json.dumps(desc, sort_keys=True, allow_nan=False)))  # type: ignore[union-attr]
+        db.execute(
+            "INSERT INTO events (id, device, stream, family, body, digest, budget, stored_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (event_id, event.device, event.stream, event.family, body, digest, budget, time.time()))
+        for mid, acc in (accountants or {}).items():
             db.execute(
-                "INSERT INTO events (id, device, stream, family, body, digest, budget, stored_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (event_id, event.device, event.stream, event.family, body, digest, budget, time.time()))
-            for mid, acc in (accountants or {}).items():
-                db.execute(
-                    "INSERT INTO derived (device, stream, model, upto, segments, eps_max) VALUES (?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (device, stream, model) DO UPDATE SET upto = excluded.upto, "
-                    "segments = excluded.segments, eps_max = excluded.eps_max",
-                    (event.device, event.stream, mid, event_id, _segments_json(acc), float(acc.eps_max())))
-            if budget is not None:
-                self._store_budget(db, event, budget)
-        # durable now: the in-memory state follows
+                "INSERT INTO derived (device, stream, model, upto, segments, eps_max) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (device, stream, model) DO UPDATE SET upto = excluded.upto, "
+                "segments = excluded.segments, eps_max = excluded.eps_max",
+                (event.device, event.stream, mid, event_id, _segments_json(acc), float(acc.eps_max())))
+        if budget is not None:
+            self._store_budget(db, event, budget)
+        self._staged_id, self._staged_head = event_id, digest
+        return event_id, digest, accountants
+
+    def _applied(self, event: Event, desc: dict[str, Any] | None, budget: float | None, event_id: int,
+                 digest: str, accountants: dict[str, QuiltAccountant] | None) -> int:
+        """Durable now: the in-memory state follows."""
         if desc is not None:
             self._descriptions[event.model] = desc  # type: ignore[union-attr]
-        book.add(event_id, event, accountants)
+        self._book(event.key).add(event_id, event, accountants)
         self._last_id, self._head = event_id, digest
         if budget is not None:
             self._budgets.setdefault(event.key, {})[event.family] = budget

@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ..ledger.events import AggregateEvent, Event
+from ..ledger.odometer import odometer
+from ..ledger.store import BudgetExceeded, Ledger
+from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
 from .outbox import AsyncOutbox, Full, Item, Outbox
 from .privatizer import Mark
@@ -46,6 +50,10 @@ STORE_GROUP = 256
 STORE_QUEUE_LIMIT = 4096
 STATUS_INTERVAL = 2.0
 TICK_INTERVAL = 0.2
+#: Windows, marks and channel ranges listed in the published odometer (its figures cover all).
+ODOMETER_LIMIT = 20
+#: Aggregate noise of stream i is drawn from deterministic stream AGGREGATE_STREAMS + i (seeded mode).
+AGGREGATE_STREAMS = 1000
 DRAIN_TIMEOUT = 10.0
 
 FrameSource = Callable[[], AsyncIterator[tuple[str, bytes]]]
@@ -72,6 +80,7 @@ class Daemon:
         self.stats = DaemonStats()
         self.runtimes: dict[str, StreamRuntime] = {}
         self._box: AsyncOutbox | None = None
+        self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
         self._status_dirty = asyncio.Event()
@@ -89,7 +98,9 @@ class Daemon:
             decided = await box.run(Outbox.recent_decisions, cfg.name)
             first_seq = await box.run(Outbox.next_position, cfg.name)
             marks = await box.run(Outbox.marks, cfg.name)
-            first_phys = max(decided) + 1 if decided else 0
+            # positions continue past every one the ledger has charged (no window is charged twice)
+            charged = await box.run(lambda _b, name=cfg.name: self._charged_upto(name))
+            first_phys = max(max(decided) + 1 if decided else 0, charged)
             # An open mark whose own record was still pending at the crash: that record is lost,
             # but the records after the restart are its right neighbours (at an unknown distance
             # ≥ 1). Resume after it, recording the never-published positions as fully redacted, so
@@ -106,13 +117,24 @@ class Daemon:
                           if m.get("open") and m["state"]["phys"] < first_phys]
             self.runtimes[cfg.name] = make_runtime(
                 s, cfg, bit_source(s.deterministic_seed, i), first_seq=first_seq, first_phys=first_phys,
-                decided=decided, open_marks=open_marks, restarted=restarted)
+                decided=decided, open_marks=open_marks, restarted=restarted,
+                aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i))
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "
                             "against anyone who knows the seed", cfg.name)
             if restarted:
                 log.info("stream %s: resuming at seq %d after a restart (%d open marks kept)",
                          cfg.name, first_seq, len(open_marks))
+
+    def _charged_upto(self, stream: str) -> int:
+        """One past the last position an aggregate window or a channel reservation of ``stream``
+        covers in the ledger (outbox thread). Redaction marks are left out: their spans reach to
+        the end of the planned window, and the positions after a restart must stay inside an open
+        mark's window (they are its right neighbours)."""
+        assert self._ledger is not None
+        book = self._ledger.book(self.settings.device, stream)
+        spans = [book.span(f) for f in book.families() if f != "redaction"]
+        return max((hi + 1 for _, hi in filter(None, spans)), default=0)
 
     def _transport(self, suffix: str, *, will: bool) -> MqttTransport:
         s = self.settings
@@ -138,13 +160,16 @@ class Daemon:
     async def _store(self, rt: StreamRuntime, releases: list[Any]) -> None:
         """Queue the decisions, the rows used and the mark states for the writer (in decision
         order); waits only when the queue is full (the outbox is slow or, under stop-input, full)."""
+        marks = rt.mark_records()  # (also turns the marks into ledger events)
         entry = _StoreEntry(
             rt.name,
             [Item(rt.name, r.seq, rt.data_topic(), rt.payload(r)) for r in releases],
             rt.take_decisions(),
-            rt.mark_records(),
+            marks,
+            rt.take_ledger_events(),
+            [_Aggregate(rt, q, rel) for q, rel in rt.take_aggregates()],
         )
-        if not entry.items and not entry.decisions and not entry.marks:
+        if not (entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates):
             return
         while len(self._queue) >= STORE_QUEUE_LIMIT:
             self._room.clear()
@@ -165,7 +190,7 @@ class Daemon:
                 self._room.set()
                 while True:
                     try:
-                        await self._box.run(_persist, group)
+                        await self._box.run(self._persist, group)
                         break
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
@@ -177,7 +202,7 @@ class Daemon:
                     if self.settings.stdout:  # the JSON-lines sink: stored, so never re-drawn
                         sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
                         sys.stdout.flush()
-                if any(e.marks for e in group):
+                if any(e.marks or e.aggregates for e in group):
                     self._status_dirty.set()
             self._idle.set()
 
@@ -229,8 +254,12 @@ class Daemon:
     async def _privacy_payload(self, rt: StreamRuntime) -> bytes:
         """The stream's privacy status plus the device's delivery counters (shared outbox)."""
         status = rt.privacy_status()
-        assert self._box is not None and self._publisher is not None
-        buffered, dropped = await self._box.run(lambda b: (len(b), b.dropped))  # one thread hop
+        if rt.aggregates is not None:
+            status["aggregates"] = rt.aggregates.status()
+        assert self._box is not None and self._publisher is not None and self._ledger is not None
+        ledger, device = self._ledger, self.settings.device
+        buffered, dropped, status["ledger"] = await self._box.run(  # one thread hop
+            lambda b: (len(b), b.dropped, odometer(ledger, device, rt.name, limit=ODOMETER_LIMIT)))
         status["delivery"] = {
             "buffered": buffered,
             "dropped": dropped,
@@ -268,45 +297,56 @@ class Daemon:
         s = self.settings
         async with await AsyncOutbox.open(Outbox.from_config, s.outbox) as box:
             self._box = box
-            await self._restore(box)
-            self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish)
-            self._control = self._transport("", will=True)
-            publisher = asyncio.create_task(self._publisher.run(), name="publisher")
-            writer = asyncio.create_task(self._writer(), name="writer")
-            workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
-                       asyncio.create_task(self._ticker(), name="ticker")]
-            workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
-            stopping = asyncio.create_task(stop.wait())
-            await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
-            failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
-                            and w.exception() is not None), None)
-            if failure is not None:
-                log.error("stopping: a task failed: %s", failure)
-            elif not stop.is_set():
-                log.info("stopping: the input ended")
-            # 1. stop intake  2. decide what is pending  3. drain  4. offline  5. disconnect
-            for w in workers:
-                w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            stopping.cancel()
-            for rt in self.runtimes.values():
-                await self._store(rt, rt.drain())
-            if not writer.done():
-                try:
-                    await asyncio.wait_for(self._flush_stores(), DRAIN_TIMEOUT)
-                except TimeoutError:
-                    log.error("shutdown: %d decisions could not be stored in time", len(self._queue))
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
-            drained = await self._publisher.drain(DRAIN_TIMEOUT)
-            if not drained:
-                log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
-                            await box.run(len))
-            publisher.cancel()
-            await asyncio.gather(publisher, return_exceptions=True)
-            await self._say_offline()
-            if failure is not None:
-                raise failure
+            # the ledger lives on the outbox's thread: a group's ledger events commit right before
+            # its records are stored, in one place and order (write-ahead, DESIGN.md §4)
+            self._ledger = await box.run(lambda _b: Ledger.open(s.ledger_path()))
+            try:
+                await self._run(box, stop)
+            finally:
+                ledger, self._ledger = self._ledger, None
+                await box.run(lambda _b: ledger.close())
+
+    async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
+        s = self.settings
+        await self._restore(box)
+        self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish)
+        self._control = self._transport("", will=True)
+        publisher = asyncio.create_task(self._publisher.run(), name="publisher")
+        writer = asyncio.create_task(self._writer(), name="writer")
+        workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
+                   asyncio.create_task(self._ticker(), name="ticker")]
+        workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
+        failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
+                        and w.exception() is not None), None)
+        if failure is not None:
+            log.error("stopping: a task failed: %s", failure)
+        elif not stop.is_set():
+            log.info("stopping: the input ended")
+        # 1. stop intake  2. decide what is pending  3. drain  4. offline  5. disconnect
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        stopping.cancel()
+        for rt in self.runtimes.values():
+            await self._store(rt, rt.drain())
+        if not writer.done():
+            try:
+                await asyncio.wait_for(self._flush_stores(), DRAIN_TIMEOUT)
+            except TimeoutError:
+                log.error("shutdown: %d decisions could not be stored in time", len(self._queue))
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+        drained = await self._publisher.drain(DRAIN_TIMEOUT)
+        if not drained:
+            log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
+                        await box.run(len))
+        publisher.cancel()
+        await asyncio.gather(publisher, return_exceptions=True)
+        await self._say_offline()
+        if failure is not None:
+            raise failure
 
     async def _say_offline(self) -> None:
         """A clean DISCONNECT suppresses the will, so publish ``offline`` explicitly."""
@@ -320,22 +360,58 @@ class Daemon:
             log.warning("could not publish the offline status: %s", exc)
 
 
+    def _persist(self, box: Outbox, group: list[_StoreEntry]) -> None:
+        """On the outbox thread: first the group's ledger events (durable; aggregates only if the
+        budget filter admits them), then its records, rows used and mark states in one outbox
+        transaction — so nothing is publishable before the ledger holds it."""
+        assert self._ledger is not None
+        items: list[Item] = []
+        decisions: dict[str, list[tuple[int, float, float]]] = {}
+        marks: dict[str, dict[int, dict[str, Any]]] = {}
+        next_window: dict[str, int] = {}
+        self._ledger.commit_all([ev for e in group for ev in e.events])
+        for e in group:
+            for a in e.aggregates:
+                if self._admit(a):
+                    key = f"{a.rt.name}/aggregate"
+                    seq = next_window.get(key, box.next_position(key))
+                    next_window[key] = seq + 1
+                    items.append(Item(key, seq, a.rt.aggregate_topic(), a.rt.aggregate_payload(a.query, a.release)))
+            items.extend(e.items)
+            decisions.setdefault(e.stream, []).extend(e.decisions)
+            marks.setdefault(e.stream, {}).update(e.marks)
+        box.store(items, keep=KEEP_DECISIONS, decisions=decisions, marks=marks)
+
+    def _admit(self, a: _Aggregate) -> bool:
+        """The ledger's budget filter for one aggregate release: is it admitted (and recorded)?"""
+        assert self._ledger is not None and a.rt.aggregates is not None
+        rt, device = a.rt, self.settings.device
+        budget = rt.aggregates.budget
+        assert budget is not None
+        event = AggregateEvent.from_release(a.release, device, rt.name)
+        try:
+            self._ledger.admit(event, budget, model=rt.aggregates.queries[a.query].model)
+        except BudgetExceeded as exc:  # recorded by the ledger and reported in the odometer
+            log.warning("stream %s: aggregate window [%d, %d] refused: %s", rt.name, a.release.lo, a.release.hi, exc)
+            return False
+        return True
+
+
 @dataclass
 class _StoreEntry:
     stream: str
     items: list[Item]
     decisions: list[tuple[int, float, float]]  # (physical index, row0, row1)
     marks: dict[int, dict[str, Any]]
+    events: list[Event]
+    aggregates: list[_Aggregate]
 
 
-def _persist(box: Outbox, group: list[_StoreEntry]) -> None:
-    """A group's records, rows used and mark states in one transaction (the outbox thread)."""
-    decisions: dict[str, list[tuple[int, float, float]]] = {}
-    marks: dict[str, dict[int, dict[str, Any]]] = {}
-    for e in group:
-        decisions.setdefault(e.stream, []).extend(e.decisions)
-        marks.setdefault(e.stream, {}).update(e.marks)
-    box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks)
+@dataclass
+class _Aggregate:
+    rt: StreamRuntime
+    query: int
+    release: AggregateRelease
 
 
 async def stdin_frames(stream: str) -> AsyncIterator[tuple[str, bytes]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import json
 import logging
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,9 @@ from ..config import Settings, StreamConfig
 from ..redaction.plan import StreamPlan, plan_stream
 from ..sampling import BitSource
 from .privatizer import Mark, Release, StreamPrivatizer
+from ..ledger.events import Event, RedactionEvent
+from ..quilt.release import AggregateRelease
+from .aggregates import StreamAggregates
 from .records import RawRecord, Rejection, SensitiveField, parse_frame
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
@@ -59,13 +63,46 @@ class StreamRuntime(abc.ABC):
 
     mechanism: str = ""
 
-    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource) -> None:
+    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource,
+                 aggregate_source: BitSource | None = None) -> None:
         self.settings = settings
         self.cfg = cfg
         self.states = cfg.state_map()
         self.deterministic = bool(source.deterministic)
         self.counters = StreamCounters()
         self._last_ts: float | None = None
+        self.aggregates = StreamAggregates(cfg, aggregate_source or source) if cfg.aggregates else None
+        self._aggregate_releases: list[tuple[int, AggregateRelease]] = []
+        self._ledger_events: list[Event] = []
+
+    def aggregate_topic(self) -> str:
+        return self.settings.topic(self.name, "aggregate")
+
+    def _observe(self, position: int, state: int | None) -> None:
+        """Feed the aggregate windows one chain position (None: a rejected frame)."""
+        if self.aggregates is not None:
+            self._aggregate_releases.extend(self.aggregates.observe(position, state))
+
+    def _flush_aggregates(self) -> None:
+        if self.aggregates is not None:
+            self._aggregate_releases.extend(self.aggregates.flush())
+
+    def take_aggregates(self) -> list[tuple[int, AggregateRelease]]:
+        """Aggregate releases computed since the last call, (query index, release): each must pass
+        the ledger's budget filter before it is stored for publishing."""
+        out, self._aggregate_releases = self._aggregate_releases, []
+        return out
+
+    def take_ledger_events(self) -> list[Event]:
+        """Ledger events to commit before the records stored with them can be published."""
+        out, self._ledger_events = self._ledger_events, []
+        return out
+
+    def aggregate_payload(self, q: int, rel: AggregateRelease) -> bytes:
+        """The published aggregate: the release's public fields plus the stream and the query's index."""
+        doc = {"device": self.settings.device, "stream": self.name, "index": q, **rel.to_json(),
+               "mode": self._mode()}
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     @property
     def name(self) -> str:
@@ -154,8 +191,9 @@ class RedactionRuntime(StreamRuntime):
         decided: dict[int, tuple[float, float]] | None = None,
         open_marks: list[Mark] | None = None,
         restarted: bool = False,
+        aggregate_source: BitSource | None = None,
     ) -> None:
-        super().__init__(settings, cfg, source)
+        super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
         self.plan: StreamPlan = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
@@ -170,11 +208,14 @@ class RedactionRuntime(StreamRuntime):
         occupies a step of the chain, as a record redacted with probability 1 (privatizer.py)."""
         rec = self._parse(data, now)
         if isinstance(rec, Rejection):
-            return self._count(self.core.skip(now=now, private=rec.private)), rec
+            releases = self.core.skip(now=now, private=rec.private)
+            self._observe(self.core.next_phys - 1, None)
+            return self._count(releases), rec
         scheduled = any(w.contains(rec.ts) for w in self.cfg.schedule)
         source = "flag" if rec.private else "schedule"
         _, releases = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
                                        source=source)
+        self._observe(self.core.next_phys - 1, rec.state)
         return self._count(releases), None
 
     def on_command(self, data: bytes) -> Rejection | None:
@@ -203,6 +244,7 @@ class RedactionRuntime(StreamRuntime):
         return self._count(self.core.expire(now))
 
     def drain(self) -> list[Release]:
+        self._flush_aggregates()
         return self._count(self.core.drain())
 
     def _count(self, releases: list[Release]) -> list[Release]:
@@ -224,8 +266,27 @@ class RedactionRuntime(StreamRuntime):
         ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``."""
         events = list(self.core.mark_events)
         self.core.mark_events.clear()
+        self._ledger_events.extend(self._mark_event(m) for m in events)
         return {m.seq if m.seq is not None else -(m.phys + 1):  # rejected frames: negative keys
                 {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in events}
+
+    def _mark_event(self, m: Mark) -> RedactionEvent:
+        """The ledger's record of a mark: its exact achieved leakage once finished; before that
+        what it is planned to give (a late mark: the exact left leakage already incurred plus the
+        right budget), so the ledger holds the mark before any of its neighbours is published."""
+        if m.achieved is not None:
+            left, right, total = m.achieved.left, m.achieved.right, m.achieved.total
+        elif m.late:
+            left = math.inf if m.left_leakage is None else m.left_leakage
+            right = 0.0 if m.right_budget is None else m.right_budget
+            total = left + right
+        else:
+            left, right, total = self.plan_leakage.left, self.plan_leakage.right, self.plan_leakage.total
+        assert self.cfg.epsilon is not None
+        return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys, seq=m.seq,
+                              plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon, left=left, right=right,
+                              total=total, honoured=m.honoured, reason=m.reason,
+                              lo=max(0, m.phys - m.left.shape[0]), hi=m.right_end)
 
     # -- output -------------------------------------------------------------------------------
     def record(self, r: Release) -> dict[str, Any]:
@@ -279,12 +340,15 @@ def make_runtime(
     decided: dict[int, tuple[float, float]] | None = None,
     open_marks: list[Mark] | None = None,
     restarted: bool = False,
+    aggregate_source: BitSource | None = None,
 ) -> StreamRuntime:
     """The runtime of a stream's mechanism, continuing positions (and, for redaction, the rows
-    used and the open marks) after a restart."""
+    used and the open marks) after a restart. ``aggregate_source`` draws the aggregates' noise
+    (default: ``source``)."""
     if cfg.mechanism == "channel":
         from .channel_runtime import ChannelRuntime
 
-        return ChannelRuntime(settings, cfg, source, first_seq=first_seq)
+        return ChannelRuntime(settings, cfg, source, first_seq=first_seq, first_phys=first_phys,
+                              aggregate_source=aggregate_source)
     return RedactionRuntime(settings, cfg, source, first_seq=first_seq, first_phys=first_phys, decided=decided,
-                            open_marks=open_marks, restarted=restarted)
+                            open_marks=open_marks, restarted=restarted, aggregate_source=aggregate_source)

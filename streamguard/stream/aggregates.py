@@ -1,0 +1,120 @@
+"""A stream's noisy aggregates: tumbling windows of positions, each released by the Markov Quilt
+Mechanism (paper 002; notes/002 §3.6 and §8, "streaming release variants" 1).
+
+Window j of a query with length W covers the positions [j·W, (j+1)·W − 1] (physical chain steps,
+the same numbering the privatizer and the ledger use). When the first position past a window
+arrives, the window's accepted states are released as :class:`~streamguard.quilt.release.
+AggregateRelease` with noise scale L·σ, where σ is the stream-length-independent scale of the
+model (σ_∞ for the translation-invariant modes, σ̄_supq for ``supq``; notes/002 §3.4), so the
+release stays valid however long the stream runs. A rejected frame occupies its position but
+contributes no state; its position is still charged (conservative). A window that was open at a
+restart is lost with the raw values it held (they were never stored), and the next window starts
+with the positions after the restart.
+
+Under the per-position quilt accountant all windows of one query together cost that query's ε
+(notes/002 §4.7, duality), and several queries on the same positions add their loads. Each
+release is admitted by the ledger's budget filter before it can be published (daemon).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import AggregateConfig, StreamConfig
+from ..quilt import QuiltModel
+from ..quilt.release import AggregateRelease, count, histogram, mean, quantise_values
+from ..quilt.scale import Scale, sigma_inf, sigma_supq
+from ..sampling import BitSource
+
+
+#: Relative margin added to σ. Tumbling windows at exactly σ_∞(ε) cost exactly ε in the interior
+#: (duality, notes/002 §4.7), so a budget of ε would refuse them on rounding alone; slightly more
+#: noise keeps the accountant's figure at or below ε instead (a margin on the noise, never on the
+#: budget).
+SIGMA_MARGIN = 1e-9
+
+
+def stream_scale(model: QuiltModel, epsilon: float) -> Scale:
+    """The σ valid for a stream of unknown length under ``model``'s mode (notes/002 §8), plus
+    :data:`SIGMA_MARGIN`."""
+    scale = sigma_supq(model, epsilon) if model.mode == "supq" else sigma_inf(model, epsilon)
+    return dataclasses.replace(scale, sigma=scale.sigma * (1 + SIGMA_MARGIN))
+
+
+@dataclass
+class _Query:
+    index: int
+    cfg: AggregateConfig
+    model: QuiltModel
+    scale: Scale
+    window: int | None = None  # index of the open window
+    lo: int = 0
+    hi: int = 0
+    states: list[int] = field(default_factory=list)
+
+
+class StreamAggregates:
+    """The aggregate queries of one stream (see module docstring)."""
+
+    def __init__(self, cfg: StreamConfig, source: BitSource) -> None:
+        self.cfg = cfg
+        self.states = cfg.state_map()
+        self.source = source
+        chain = cfg.chain()
+        self.queries: list[_Query] = []
+        for i, a in enumerate(cfg.aggregates):
+            model = QuiltModel([chain], a.influence)
+            if a.values is not None and a.step is not None:  # fail at start-up, not at the first window
+                quantise_values(a.values, min(a.values), max(a.values), a.step)
+            self.queries.append(_Query(i, a, model, stream_scale(model, a.epsilon)))
+
+    @property
+    def budget(self) -> float | None:
+        return self.cfg.total_aggregate_budget()
+
+    def observe(self, position: int, state: int | None) -> list[tuple[int, AggregateRelease]]:
+        """Feed one position (``state`` None for a rejected frame); returns (query index, release)
+        for every window this position closed."""
+        out: list[tuple[int, AggregateRelease]] = []
+        for q in self.queries:
+            w = position // q.cfg.window
+            if q.window is not None and w != q.window:
+                out.extend(self._close(q))
+            if q.window is None:
+                q.window, q.lo, q.states = w, position, []
+            q.hi = position
+            if state is not None:
+                q.states.append(state)
+        return out
+
+    def flush(self) -> list[tuple[int, AggregateRelease]]:
+        """Release every open window as it stands (shutdown: a partial window is a shorter window)."""
+        return [r for q in self.queries for r in self._close(q)]
+
+    def _close(self, q: _Query) -> list[tuple[int, AggregateRelease]]:
+        states, lo, hi = np.array(q.states, dtype=np.int64), q.lo, q.hi
+        q.window, q.states = None, []
+        if states.size == 0:  # every frame of the window was rejected: nothing to release
+            return []
+        a = q.cfg
+        if a.query == "histogram":
+            rel = histogram(states, lo, q.model, q.scale, self.source)
+        elif a.query == "count":
+            assert a.state is not None and self.states.labels is not None
+            rel = count(states, lo, self.states.labels.index(a.state), q.model, q.scale, self.source)
+        else:
+            assert a.values is not None and a.step is not None
+            rel = mean(states, lo, a.values, min(a.values), max(a.values), a.step, q.model, q.scale, self.source)
+        # the window spans its rejected positions too: charge them (conservative)
+        return [(q.index, dataclasses.replace(rel, hi=hi))]
+
+    def status(self) -> list[dict[str, object]]:
+        """What each query releases and at which scale (for the privacy status)."""
+        return [{"query": q.cfg.query, "window": q.cfg.window, "epsilon": q.cfg.epsilon, "influence": q.model.mode,
+                 "model": q.model.identifier, "sigma": q.scale.sigma, "witness": q.scale.witness.as_dict(),
+                 **({"state": q.cfg.state} if q.cfg.state is not None else {}),
+                 **({"values": q.cfg.values, "step": q.cfg.step} if q.cfg.values is not None else {})}
+                for q in self.queries]

@@ -1,0 +1,155 @@
+"""The daemon's aggregate windows, per-record channel streams and privacy ledger, end to end with a
+real Mosquitto: every published aggregate was admitted by the ledger first, the retained
+odometer's numbers equal an independent quilt accountant fed the same windows, the budget filter
+refuses what would exceed the budget, and a restart continues the ledger instead of forgetting it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from brokers import Broker, mosquitto  # noqa: F401
+from daemon_harness import Spy, daemon_running, running
+
+from firmware_sim import MarkovSource
+from streamguard import MarkovChain
+from streamguard.config import Settings
+from streamguard.ledger.store import Ledger
+from streamguard.quilt import QuiltAccountant, QuiltModel, sigma_inf
+
+ALPHA, BETA = 0.1, 0.2
+LABELS = ["off", "on"]
+
+
+def _settings(broker: Broker, tmp_path: Path, stream: dict[str, Any]) -> Settings:
+    return Settings(device="dev", broker=broker.broker_config(), deterministic_seed=7,
+                    outbox={"path": tmp_path / "o.sqlite"}, streams=[stream])
+
+
+def _frames(states: list[int], labels: list[str], *, extra: dict[str, Any] | None = None, bad: set[int] = frozenset()):
+    async def gen():
+        for i, x in enumerate(states):
+            if i in bad:
+                yield "s", b"{not json"
+                continue
+            yield "s", json.dumps({"value": labels[x], "ts": 1.79e9 + i, **(extra or {})}).encode()
+    return gen
+
+
+def _states(n: int, seed: int) -> list[int]:
+    return [int(v) for v in MarkovSource(MarkovChain.binary(ALPHA, BETA), seed=seed).states(n)]
+
+
+def _after_offline(spy: Spy) -> bool:
+    """The shutdown publishes ``offline`` and then the final privacy report of each stream."""
+    seen_offline = False
+    for m in spy.messages:
+        if m.topic.endswith("/status") and json.loads(m.payload).get("state") == "offline":
+            seen_offline = True
+        elif seen_offline and m.topic.endswith("/privacy"):
+            return True
+    return False
+
+
+async def _run(settings: Settings, frames, spy_filter: str) -> Spy:
+    spy = Spy(settings.broker, spy_filter)
+    async with running(spy.run()):
+        await asyncio.wait_for(spy.subscribed.wait(), 10)
+        async with daemon_running(settings, extra_sources=[frames]) as (_, _, task):
+            await asyncio.wait_for(asyncio.shield(task), 60)  # the source ends → drain and stop
+        await spy.wait_until(lambda: _after_offline(spy), 10, "the final privacy report")
+    return spy
+
+
+async def test_aggregate_windows_are_admitted_by_the_ledger_and_the_odometer_matches_the_accountant(
+        mosquitto: Broker, tmp_path: Path) -> None:
+    stream = {"name": "s", "labels": LABELS, "model": {"alpha": ALPHA, "beta": BETA}, "epsilon": 1.0,
+              "source": "stdin",
+              "aggregates": [{"query": "histogram", "window": 20, "epsilon": 1.0},
+                             {"query": "count", "state": "on", "window": 10, "epsilon": 0.5}]}
+    settings = _settings(mosquitto, tmp_path, stream)
+    n = 95
+    states = _states(n, seed=3)
+    bad = {40, 41}
+    spy = await _run(settings, _frames(states, LABELS, bad=bad), "streamguard/dev/#")
+
+    aggs = [json.loads(m.payload) for m in spy.on("/s/aggregate")]
+    hist = [a for a in aggs if a["index"] == 0]
+    cnt = [a for a in aggs if a["index"] == 1]
+    # tumbling windows over positions 0..94: 5 histogram windows (the last one partial, flushed at
+    # shutdown) and 10 count windows
+    assert [(a["lo"], a["hi"]) for a in hist] == [(0, 19), (20, 39), (40, 59), (60, 79), (80, 94)]
+    assert [(a["lo"], a["hi"]) for a in cnt] == [(10 * j, min(10 * j + 9, n - 1)) for j in range(10)]
+    chain = MarkovChain.binary(ALPHA, BETA)
+    model = QuiltModel([chain], "stat")
+    s_hist, s_cnt = sigma_inf(model, 1.0).sigma, sigma_inf(model, 0.5).sigma
+    assert all(a["sigma"] == pytest.approx(s_hist) and a["beta"] == pytest.approx(2 * s_hist) for a in hist)
+    assert all(a["sigma"] == pytest.approx(s_cnt) and a["lipschitz"] == 1 for a in cnt)
+    assert all(a["mode"] == "deterministic" and a["deterministic"] for a in aggs)
+    # noisy counts sit near the truth (the noise is discrete Laplace of scale 2σ ≈ a few tens)
+    truth_hist = [np.bincount([x for i, x in enumerate(states) if lo <= i <= hi and i not in bad], minlength=2)
+                  for lo, hi in ((a["lo"], a["hi"]) for a in hist)]
+    assert all(len(a["values"]) == 2 and all(isinstance(v, int) for v in a["values"]) for a in hist)
+    assert np.mean([abs(v - t) for a, tr in zip(hist, truth_hist) for v, t in zip(a["values"], tr)]) < 20 * s_hist
+
+    # an independent accountant fed the same windows gives the odometer's number
+    acc = QuiltAccountant(model)
+    for a in aggs:
+        acc.record(a["lo"], a["hi"], 1.0 / a["sigma"])
+    privacy = json.loads(spy.on("/s/privacy")[-1].payload)
+    agg = privacy["ledger"]["aggregate"]
+    assert agg["releases"] == len(aggs) and agg["budget"] == 1.5
+    assert agg["epsilon"] == pytest.approx(acc.eps_max(), rel=1e-12)
+    assert agg["models"][0]["model"] == model.identifier
+    assert agg["models"][0]["paper"]["thm_III7_sum"]["epsilon"] == pytest.approx(5 * 1.0 + 10 * 0.5)
+    assert acc.eps_max() <= 1.5 + 1e-9  # two queries on the same positions: their ε add (notes/002 §4.7)
+    assert privacy["aggregates"][0]["sigma"] == pytest.approx(s_hist)
+
+    # the ledger file holds every published window, and nothing was refused
+    with Ledger.open(settings.ledger_path(), readonly=True) as led:
+        book = led.book("dev", "s")
+        assert sorted((e.lo, e.hi) for _, e in book.aggregate_events) == sorted((a["lo"], a["hi"]) for a in aggs)
+        assert led.refusals("dev", "s") == []
+
+
+async def test_budget_filter_refuses_windows_beyond_the_budget_and_a_restart_remembers(
+        mosquitto: Broker, tmp_path: Path) -> None:
+    """With aggregate_budget equal to one query's ε, a second query on the same positions would
+    push positions towards 2ε: the ledger admits a window only while every position stays within
+    the budget and refuses the rest; after a restart the spent budget is still there (positions
+    continue past what the ledger charged)."""
+    stream = {"name": "s", "labels": LABELS, "model": {"alpha": ALPHA, "beta": BETA}, "epsilon": 1.0,
+              "source": "stdin", "aggregate_budget": 1.0,
+              "aggregates": [{"query": "histogram", "window": 10, "epsilon": 1.0},
+                             {"query": "count", "state": "on", "window": 10, "epsilon": 1.0}]}
+    settings = _settings(mosquitto, tmp_path, stream)
+    spy = await _run(settings, _frames(_states(30, seed=4), LABELS), "streamguard/dev/#")
+    aggs = [json.loads(m.payload) for m in spy.on("/s/aggregate")]
+    ledger = json.loads(spy.on("/s/privacy")[-1].payload)["ledger"]
+    refused = ledger["refusals"]["count"]
+    assert refused >= 1 and len(aggs) + refused == 6 and ledger["aggregate"]["epsilon"] <= 1.0 + 1e-9
+    # what was admitted, fed to an independent accountant, stays within the budget; adding any
+    # refused window would not
+    model = QuiltModel([MarkovChain.binary(ALPHA, BETA)], "stat")
+    acc = QuiltAccountant(model)
+    for a in aggs:
+        acc.record(a["lo"], a["hi"], 1.0 / a["sigma"])
+    assert acc.eps_max() == pytest.approx(ledger["aggregate"]["epsilon"], rel=1e-12)
+    last = ledger["refusals"]["last"]
+    assert last is not None and last["would_be"] > 1.0
+
+    with Ledger.open(settings.ledger_path(), readonly=True) as led:
+        before = len(led.book("dev", "s").aggregate_events)
+    spy2 = await _run(settings, _frames(_states(20, seed=5), LABELS), "streamguard/dev/#")
+    aggs2 = [json.loads(m.payload) for m in spy2.on("/s/aggregate")]
+    assert aggs2 and min(a["lo"] for a in aggs2) >= 30  # positions continue: nothing charged twice
+    with Ledger.open(settings.ledger_path(), readonly=True) as led:
+        book = led.book("dev", "s")
+        assert len(book.aggregate_events) == before + len(aggs2)
+        eps = max(acc.eps_max() for acc in book.accountants.values())
+    assert eps <= 1.0 + 1e-9
