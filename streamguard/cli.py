@@ -18,6 +18,7 @@ import numpy as np
 
 from . import __version__
 from . import cli_ledger
+from . import cli_mechanism
 from . import cli_mqm
 from .audit import brute_force_leakage, exact_leakage
 from .audit.brute import MAX_WORK
@@ -470,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
     cli_mqm.register(sub)
     cli_ledger.register(sub)
+    cli_mechanism.register(sub)
     return parser
 
 
