@@ -253,6 +253,49 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 # -- config check / privatize ------------------------------------------------------------------
+def _check_redaction_stream(cfg: Any) -> None:
+    sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+    lk = sp.leakage()
+    print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction ε={cfg.epsilon:g}, "
+          f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
+    print("  redaction by t − p: " + ", ".join(
+        f"{int(d):+d}:({r[0]:.4f},{r[1]:.4f})" for d, r in zip(sp.offsets(), sp.table())))
+    delay = sp.left_horizon if cfg.delay is None else cfg.delay
+    print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"
+          f"{f', max hold {cfg.max_hold:g} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
+    if delay < sp.left_horizon:
+        print(f"  warning: delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
+
+
+def _check_channel_stream(cfg: Any) -> None:
+    from .perturbation.stream_leakage import stream_leakage_report
+    from .stream.channel_runtime import build_channel
+
+    channel, _ = build_channel(cfg.channel, cfg.state_map().k)  # designed / loaded and verified exactly
+    claims = ", ".join(f"{c.notion} {c.params}" for c in channel.claims)
+    print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, per-record channel "
+          f"{channel.kind} ({channel.n_y} outputs), verified claims: {claims}")
+    if channel.inputs == "x":
+        leak = stream_leakage_report(channel, cfg.chain())
+        kind = "a lower bound (window of " + str(leak["n"]) + ")" if leak["lower_bound"] else "exact"
+        print(f"  leakage about one record of the whole stream under the model: {leak['leakage']} nats ({kind})")
+
+
+def _aggregate_lines(cfg: Any) -> list[str]:
+    from .stream.aggregates import stream_scale
+    from .quilt import QuiltModel
+
+    out = []
+    for a in cfg.aggregates:
+        sc = stream_scale(QuiltModel([cfg.chain()], a.influence), a.epsilon)
+        w = sc.witness
+        out.append(f"  aggregate {a.query} every {a.window} positions: ε={a.epsilon:g} ({a.influence}), "
+                   f"σ_∞={sc.sigma:.6g}, witness quilt a={w.a} b={w.b} card={w.card} e={w.e:.4f}")
+    if cfg.aggregates:
+        out.append(f"  aggregate budget (quilt accountant): {cfg.total_aggregate_budget():g}")
+    return out
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     from .config import load_settings
 
@@ -263,17 +306,12 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
               "against anyone who knows the seed)")
     for cfg in settings.streams:
-        sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
-        lk = sp.leakage()
-        print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, ε={cfg.epsilon:g}, "
-              f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
-        print("  redaction by t − p: " + ", ".join(
-            f"{int(d):+d}:({r[0]:.4f},{r[1]:.4f})" for d, r in zip(sp.offsets(), sp.table())))
-        delay = sp.left_horizon if cfg.delay is None else cfg.delay
-        print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"
-              f"{f', max hold {cfg.max_hold:g} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
-        if delay < sp.left_horizon:
-            print(f"  warning: delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
+        if cfg.mechanism == "channel":
+            _check_channel_stream(cfg)
+        else:
+            _check_redaction_stream(cfg)
+        for q in _aggregate_lines(cfg):
+            print(q)
         if cfg.schedule:
             print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
     return 0

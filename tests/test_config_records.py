@@ -222,3 +222,18 @@ def test_sensitive_field_is_parsed_like_value_and_never_echoed():
     bad = parse_frame(b'{"value": "vacant", "occupancy": "sleeping"}', LABELS, now=0, last_ts=None, sensitive=sf)
     assert isinstance(bad, Rejection) and bad.reason == "unknown-state"
     assert "occupancy" in bad.message and "sleeping" not in bad.message
+
+
+def test_aggregates_and_channels_example_checks(capsys):
+    """The second example config is valid, designs and verifies its channel, and `config check`
+    reports σ_∞ with its witness per aggregate and the channel's stream leakage."""
+    from streamguard.cli import main
+
+    example = EXAMPLE.parent / "aggregates-and-channels.toml"
+    s = load_settings(example)
+    assert [c.mechanism for c in s.streams] == ["redaction", "channel"]
+    assert s.streams[0].total_aggregate_budget() == 1.5
+    assert main(["config", "check", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert "aggregate histogram every 60 positions" in out and "σ_∞=" in out and "witness quilt" in out
+    assert "per-record channel rr-prior" in out and "whole stream under the model" in out

@@ -153,3 +153,32 @@ async def test_budget_filter_refuses_windows_beyond_the_budget_and_a_restart_rem
         assert len(book.aggregate_events) == before + len(aggs2)
         eps = max(acc.eps_max() for acc in book.accountants.values())
     assert eps <= 1.0 + 1e-9
+async def test_channel_stream_publishes_channel_outputs_and_the_ledger_records_the_channel(
+        mosquitto: Broker, tmp_path: Path) -> None:
+    stream = {"name": "s", "labels": ["low", "mid", "high"], "source": "stdin", "mechanism": "channel",
+              "model": {"matrix": [[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]},
+              "channel": {"kind": "rr", "epsilon": 1.0, "prior": [2 / 7, 3 / 7, 2 / 7]}}
+    settings = _settings(mosquitto, tmp_path, stream)
+    chain = MarkovChain(stream["model"]["matrix"])
+    n = 600
+    states = [int(v) for v in MarkovSource(chain, seed=9).states(n)]
+    spy = await _run(settings, _frames(states, stream["labels"], bad={5}), "streamguard/dev/#")
+    recs = [json.loads(m.payload) for m in spy.on("/s/data")]
+    assert [r["seq"] for r in recs] == list(range(n - 1))
+    assert all(r["mechanism"] == "channel" and r["kind"] == "rr" and not r["redacted"] for r in recs)
+    assert all(r["value"] == stream["labels"][r["output"]] for r in recs)
+    accepted = [x for i, x in enumerate(states) if i != 5]
+    kept = np.mean([r["output"] == x for r, x in zip(recs, accepted)])
+    e = np.exp(1.0)
+    assert abs(kept - e / (e + 2)) < 0.07  # k-RR keeps the input with probability e^ε/(e^ε + k − 1)
+
+    privacy = json.loads(spy.on("/s/privacy")[-1].payload)
+    assert privacy["mechanism"].endswith("rr")
+    assert {"notion": "ldp_x", "params": {"epsilon": 1.0}} in privacy["per_record"]
+    leak = privacy["stream_leakage"]
+    assert leak is not None
+    assert privacy["ledger"]["channel"] is not None
+    with Ledger.open(settings.ledger_path(), readonly=True) as led:
+        evs = led.book("dev", "s").channel_events
+    assert evs and evs[0][1].lo == 0 and evs[-1][1].hi >= n - 1
+    assert any(c.notion == "ldp_x" and c.epsilon == 1.0 for c in evs[0][1].claims)

@@ -1,0 +1,221 @@
+"""A stream privatized by a per-record perturbation channel (``mechanism = "channel"``).
+
+Every accepted record goes through the channel at once — there is no release delay, because the
+channel protects each record by itself (papers 001, 003, 004; DESIGN.md §2). The channel is a
+saved, verified file or is designed at start-up from the config's spec, and is checked exactly
+against its claims before the first record (``perturbation.verify``); the sampler draws from the
+CSPRNG with integer thresholds. A frame flagged private (or inside a scheduled window) is withheld
+entirely (published as redacted): the flag is not the reading, so withholding is a post-processing
+of the channel's guarantee for every other record. Commands cannot change a record that is already
+out, so this mechanism refuses them (counted as ``unsupported``).
+
+Sanitized record payload: ``{"device", "stream", "seq", "ts", "value", "output", "redacted",
+"mechanism": "channel", "kind", "mode"}``; ``value`` is the output symbol's label — a list of
+labels for a merged group — and ``output`` its index in the channel's output alphabet.
+
+The status reports the per-record guarantee (the channel's verified claims) and, separately, the
+exact leakage about one record of the whole correlated stream under the Markov model when the
+channel is applied to every record: a per-record ε is not the stream's leakage (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import ChannelConfig, Settings, StreamConfig
+from ..ledger.events import ChannelClaim, ChannelEvent
+from ..perturbation import Joint, PerturbationChannel
+from ..sampling import BitSource
+from .records import Rejection, SensitiveField
+from .runtime import StreamRuntime
+
+log = logging.getLogger(__name__)
+
+#: Positions one ledger event of a channel stream covers (see ``ChannelRuntime._reserve``).
+RESERVE = 4096
+
+
+def ledger_claims(channel: PerturbationChannel) -> tuple[ChannelClaim, ...]:
+    """The channel's privacy claims as the ledger states them, one ε per notion (ALIP's two
+    budgets as ``alip_l`` and ``alip_u``; non-privacy claims such as distortion are left out)."""
+    out = []
+    for c in channel.claims:
+        if c.notion == "alip":
+            out += [ChannelClaim("alip_l", c.params["eps_l"]), ChannelClaim("alip_u", c.params["eps_u"])]
+        elif "epsilon" in c.params:
+            out.append(ChannelClaim(c.notion, c.params["epsilon"]))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ChannelRelease:
+    """The output for one accepted record: ``output`` is None when the record was withheld."""
+
+    seq: int
+    ts: float
+    output: int | None
+
+    @property
+    def redacted(self) -> bool:
+        return self.output is None
+
+
+def build_channel(cfg: ChannelConfig, n_x: int) -> tuple[PerturbationChannel, Joint]:
+    """The stream's channel and the joint it is verified against (fails closed with a named reason)."""
+    from ..perturbation.channel_file import load_channel
+    from ..perturbation.designers import design
+    from ..perturbation.verify import require_valid
+
+    if cfg.file is not None:
+        channel, joint = load_channel(cfg.file)  # verifies exactly on load
+    else:
+        assert cfg.kind is not None and cfg.epsilon is not None
+        if cfg.joint is not None:
+            joint = Joint.from_json(json.loads(cfg.joint.read_text()))
+        else:
+            joint = Joint.from_prior(cfg.prior or [])
+        channel = design(cfg.kind, joint, cfg.epsilon, lam=cfg.lam, measure=cfg.measure)
+        require_valid(channel, joint)
+    if channel.n_x != n_x:
+        raise ValueError(f"channel: designed for {channel.n_x} input states, the stream has {n_x}")
+    if channel.inputs == "sx":
+        if cfg.sensitive_labels is None:
+            raise ValueError(f"channel: kind {channel.kind!r} reads the sensitive attribute S of each record; "
+                             "set sensitive_field and sensitive_labels")
+        if len(cfg.sensitive_labels) != channel.n_s:
+            raise ValueError(f"channel: sensitive_labels has {len(cfg.sensitive_labels)} entries, "
+                             f"S has {channel.n_s} states")
+    return channel, joint
+
+
+class ChannelRuntime(StreamRuntime):
+    """A per-record channel stream (see module docstring)."""
+
+    mechanism = "channel"
+
+    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource, *, first_seq: int = 0,
+                 first_phys: int = 0, aggregate_source: BitSource | None = None) -> None:
+        super().__init__(settings, cfg, source, aggregate_source)
+        from ..perturbation.metrics import channel_metrics
+        from ..perturbation.sampler import ChannelSampler
+        from ..perturbation.stream_leakage import stream_leakage_report
+
+        assert cfg.channel is not None
+        self.channel, self.joint = build_channel(cfg.channel, self.states.k)
+        self.sampler = ChannelSampler(self.channel)
+        self.source = source
+        self.next_seq = first_seq
+        self.next_phys = first_phys
+        self._reserved = first_phys  # positions below this are covered by a ledger event
+        self.metrics = channel_metrics(self.channel, self.joint)
+        chain = cfg.chain()
+        self.stream_leakage = stream_leakage_report(self.channel, chain) if self.channel.inputs == "x" else None
+        # what the ledger states: only an exact (converged) value is a bound for the stream
+        exact = self.stream_leakage is not None and not self.stream_leakage["lower_bound"]
+        leak = self.stream_leakage["leakage"] if exact and self.stream_leakage is not None else None
+        self.stream_leakage_bound: float | None = None if leak is None else float(leak)
+        self.model_id = "markov:" + hashlib.sha256(np.ascontiguousarray(chain.matrix).tobytes()).hexdigest()[:16]
+        self.channel_id = f"{self.channel.kind}:" + hashlib.sha256(
+            np.ascontiguousarray(self.channel.matrix).tobytes()).hexdigest()[:16]
+
+    def _sensitive(self) -> SensitiveField | None:
+        assert self.cfg.channel is not None
+        return self.cfg.channel.sensitive() if self.channel.inputs == "sx" else None
+
+    def on_frame(self, data: bytes, now: float) -> tuple[list[ChannelRelease], Rejection | None]:
+        rec = self._parse(data, now)
+        phys = self.next_phys
+        self.next_phys += 1
+        if isinstance(rec, Rejection):
+            self._observe(phys, None)
+            return [], rec
+        self._observe(phys, rec.state)
+        seq = self.next_seq
+        self.next_seq += 1
+        if rec.private or any(w.contains(rec.ts) for w in self.cfg.schedule):
+            self.counters.redacted += 1
+            return [ChannelRelease(seq, rec.ts, None)], None
+        self._reserve(phys)
+        s = None if rec.sensitive is None else np.array([rec.sensitive], dtype=np.int64)
+        out = int(self.sampler.sample(np.array([rec.state], dtype=np.int64), s, self.source)[0])
+        self.counters.released += 1
+        return [ChannelRelease(seq, rec.ts, out)], None
+
+    def _reserve(self, phys: int) -> None:
+        """Write-ahead for the ledger: before position ``phys`` is released, a ledger event must
+        cover it. Events cover RESERVE positions at a time (a reservation never released is
+        harmless: the per-record guarantee of an unreleased record holds trivially)."""
+        if phys < self._reserved:
+            return
+        lo, hi = phys, phys + RESERVE - 1
+        self._reserved = hi + 1
+        self._ledger_events.append(ChannelEvent(
+            device=self.settings.device, stream=self.name, channel=self.channel_id, claims=ledger_claims(self.channel),
+            lo=lo, hi=hi, stream_leakage=self.stream_leakage_bound, model=self.model_id))
+
+    def on_command(self, data: bytes) -> Rejection | None:
+        return self._bad_command("unsupported", "a channel stream takes no commands (its records are out at once)")
+
+    def tick(self, now: float) -> list[ChannelRelease]:
+        return []
+
+    def drain(self) -> list[ChannelRelease]:
+        self._flush_aggregates()
+        return []
+
+    def take_decisions(self) -> list[tuple[int, float, float]]:
+        return []
+
+    def mark_records(self) -> dict[int, dict[str, Any]]:
+        return {}
+
+    def _label(self, output: int) -> Any:
+        sym = self.channel.outputs[output]
+        if isinstance(sym, tuple):
+            return [self.states.label_of(x) for x in sym]
+        return self.states.label_of(sym)
+
+    def record(self, r: ChannelRelease) -> dict[str, Any]:
+        return {
+            "device": self.settings.device,
+            "stream": self.name,
+            "seq": r.seq,
+            "ts": r.ts,
+            "value": None if r.output is None else self._label(r.output),
+            "output": r.output,
+            "redacted": r.output is None,
+            "mechanism": "channel",
+            "kind": self.channel.kind,
+            "mode": self._mode(),
+        }
+
+    def payload(self, r: ChannelRelease) -> bytes:
+        return json.dumps(self.record(r), separators=(",", ":")).encode()
+
+    def privacy_status(self) -> dict[str, Any]:
+        chain = self.cfg.chain()
+        return {
+            "stream": self.name,
+            "mechanism": f"per-record channel: {self.channel.kind}",
+            "guarantee": "per-record guarantees below hold for each record under the stated joint P(S, X); "
+                         "stream_leakage is the exact leakage about one record of the whole correlated "
+                         "stream under the Markov model",
+            "per_record": [c.to_json() for c in self.channel.claims],
+            "metrics": _finite(self.metrics),
+            "stream_leakage": self.stream_leakage,
+            "model": {"matrix": chain.matrix.tolist(), "stationary": chain.stationary},
+            "deterministic": self.deterministic,
+            "next_seq": self.next_seq,
+            "counters": self.counters.as_dict(),
+        }
+
+
+def _finite(d: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no infinity: report it as the string "inf"."""
+    return {k: ("inf" if isinstance(v, float) and v == float("inf") else v) for k, v in d.items()}
