@@ -38,22 +38,34 @@ Ratio = Fraction | float
 _DIGITS = 60
 
 
-def round_rows(rows: Sequence[Sequence[Fraction]]) -> NDArray[np.int64]:
-    """Round each exact row (non-negative rationals summing to 1) to integer units summing to ONE.
+def round_rows(rows: Sequence[Sequence[Fraction]], diagonal: str = "nearest") -> NDArray[np.int64] | None:
+    """Round each exact row r (non-negative rationals summing to 1) to integer units summing to ONE.
 
-    Largest remainder: ⌊p·ONE⌋ each, then one more unit to the entries with the largest fractional
-    parts (ties to the lower index). An exact zero stays zero; every entry moves by < 1 unit.
+    ``"nearest"``: ⌊p·ONE⌋ each, then one more unit to the entries with the largest fractional
+    parts (ties to the lower index). ``"up"``: every off-diagonal entry ⌊·⌋ and the diagonal entry
+    W(r|r) takes the rest — it only grows, so the distortion only goes down. ``"down"``: every
+    off-diagonal entry ⌈·⌉ and the diagonal the rest — keep-to-change ratios only go down.
+    A row whose diagonal is exactly 0 is rounded "nearest". An exact zero always stays zero.
+    None when the diagonal would go negative.
     """
+    if diagonal not in ("nearest", "up", "down"):
+        raise ValueError(f"round_rows: diagonal must be 'nearest', 'up' or 'down', got {diagonal!r}")
     out = np.empty((len(rows), len(rows[0])), dtype=np.int64)
     for r, row in enumerate(rows):
         if sum(row) != 1 or min(row) < 0:
             raise ValueError("round_rows: an exact row must be non-negative and sum to 1")
         scaled = [v * ONE for v in row]
-        units = [math.floor(v) for v in scaled]
-        short = ONE - sum(units)
-        by_remainder = sorted(range(len(row)), key=lambda j: (-(scaled[j] - units[j]), j))
-        for j in by_remainder[:short]:
-            units[j] += 1
+        if diagonal == "nearest" or row[r] == 0:
+            units = [math.floor(v) for v in scaled]
+            short = ONE - sum(units)
+            for j in sorted(range(len(row)), key=lambda j: (-(scaled[j] - units[j]), j))[:short]:
+                units[j] += 1
+        else:
+            step = math.floor if diagonal == "up" else math.ceil
+            units = [step(v) for v in scaled]
+            units[r] = ONE - (sum(units) - units[r])
+            if units[r] < 0:
+                return None
         out[r] = units
     return out
 

@@ -81,12 +81,34 @@ def kernel_apply(p: NDArray[np.float64], alpha: float) -> NDArray[np.float64]:
 
 
 def kinv_apply(p: NDArray[np.float64], alpha: float) -> NDArray[np.float64]:
-    """K_ε⁻¹ p: un-mix every axis, k⁻¹ v = (v − (1−α)/m · sum(v)) / α (§4), O(n·mⁿ)."""
+    """K_ε⁻¹ p: un-mix every axis, k⁻¹ v = (v − (1−α)/m · sum(v)) / α (§4), O(n·mⁿ); α > 0."""
+    if not alpha > 0:
+        raise ValueError(f"K_ε is not invertible at α = {alpha!r} (ε = 0)")
     out = np.array(p, dtype=np.float64)
     m = out.shape[0]
     for axis in range(out.ndim):
         out = (out - (1.0 - alpha) / m * out.sum(axis=axis, keepdims=True)) / alpha
     return out
+
+
+def _nonnegative(q: NDArray[np.float64], ulps: int = 64) -> bool:
+    """q ≥ 0 up to the rounding of the un-mixing, −ulps·n·2⁻⁵²·max|q| (see :func:`eps_tilde_x`)."""
+    return bool(q.min() >= -ulps * q.ndim * np.finfo(np.float64).eps * np.abs(q).max())
+
+
+def output_law(prior: ArrayLike, epsilon: float) -> NDArray[np.float64] | None:
+    """E_i's output law q_ε = K_ε⁻¹ p_X (shape of the prior), rounding noise below 0 clipped;
+    None when E_i does not exist at ε (q has a negative entry, ε < ε̃_X). At ε ≈ 0 (α = 0 in
+    floating point) it exists only for the uniform prior, whose q is uniform at every ε."""
+    p = prior_tensor(prior)
+    eps = check_epsilon(epsilon)
+    if p.max() == p.min():
+        return np.full(p.shape, 1.0 / p.size)  # uniform prior: q uniform at every ε (E_i = E_d)
+    alpha = alpha_of(eps, p.shape[0])
+    if alpha <= 0:
+        return None
+    q = kinv_apply(p, alpha)
+    return np.maximum(q, 0.0) if _nonnegative(q) else None
 
 
 def eps_x(prior: ArrayLike) -> float:
@@ -111,7 +133,11 @@ def eps_tilde_product(marginals: ArrayLike) -> float:
 def eps_tilde_x(prior: ArrayLike) -> float:
     """ε̃_X: the least ε with K_ε⁻¹ p_X ≥ 0 (closed form for one row, else bisection on α).
 
-    Bisection keeps the feasible end, so rounding can only move the answer up (the safe side)."""
+    Entries of q that are exactly 0 at the threshold come out of the float un-mixing as ±1e−17;
+    q counts as non-negative down to −16·n·2⁻⁵²·max|q| so that such noise does not push the answer
+    up (by ~1e−6 for a product prior whose rows all hit 0: q vanishes there like (α − α*)ⁿ); the
+    price is that the answer may sit ~1e−14 below the exact threshold. Bisection keeps the
+    feasible end."""
     p = prior_tensor(prior)
     m = p.shape[0]
     if p.ndim == 1:
@@ -123,7 +149,7 @@ def eps_tilde_x(prior: ArrayLike) -> float:
         mid = 0.5 * (lo + hi)
         if mid in (lo, hi):
             break
-        if kinv_apply(p, mid).min() >= 0:
+        if _nonnegative(kinv_apply(p, mid), ulps=16):  # stricter than output_law's 64: ε̃_X is accepted there
             hi = mid
         else:
             lo = mid
@@ -205,6 +231,24 @@ def eps_d_star(D: float, prior: ArrayLike) -> Interval:
     if not _at_least(D, h(eps_tilde_x(p), m, n)):
         return Interval(v, v)
     return Interval(max(v - eps_x(p), 0.0), max(v, 0.0))
+
+
+def mutual_information_rr(prior: ArrayLike, epsilon: float, mechanism: str = "E_d") -> float:
+    """I(X;Y) in nats of E_d or E_i at ε under the prior (§6.1, §6.2):
+    E_d: H(K_ε p_X) − n·H_m(δ);  E_i (needs ε ≥ ε̃_X): H(X) − n·H_m(δ) = R(h(ε))."""
+    p = prior_tensor(prior)
+    m, n = _shape(p)
+    eps = check_epsilon(epsilon)
+    delta = h(eps, m)
+    if mechanism == "E_i":
+        if eps < eps_tilde_x(p):
+            raise ValueError(f"E_i does not exist at ε = {eps:.6g} < ε̃_X for this prior")
+        return entropy(p) - n * h_m(delta, m)
+    if mechanism != "E_d":
+        raise ValueError(f"mechanism must be 'E_d' or 'E_i', got {mechanism!r}")
+    out = kernel_apply(p, alpha_of(eps, m))
+    out = out[out > 0]
+    return float(-np.sum(out * np.log(out))) - n * h_m(delta, m)
 
 
 def hamming_matrix(m: int, n: int) -> NDArray[np.int64]:
@@ -305,14 +349,14 @@ def rate_distortion(D: float, prior: ArrayLike, *, tol: float = 1e-10) -> float:
 
 def e_i_matrix(prior: ArrayLike, epsilon: float) -> NDArray[np.float64]:
     """E_i (26) for a general prior on small 𝒟ⁿ (§7.4), float, mⁿ × mⁿ (lexicographic order):
-    W(y|x) = q(y)·K_ε(x,y)/p(x) with q = K_ε⁻¹ p. Raises ValueError when q has a negative entry
-    (ε < ε̃_X). For tests, reports and the exact check of the Markov sampler."""
+    W(y|x) = q(y)·K_ε(x,y)/p(x) with q = K_ε⁻¹ p (:func:`output_law`). Raises ValueError when E_i
+    does not exist (ε < ε̃_X). For tests, reports and the exact check of the Markov sampler."""
     p = prior_tensor(prior)
     m, n = _shape(p)
     eps = check_epsilon(epsilon)
-    q = kinv_apply(p, alpha_of(eps, m)).ravel()
-    if q.min() < 0:
-        raise ValueError(f"E_i does not exist at ε = {eps:.6g} < ε̃_X for this prior (min q = {q.min():.3g})")
+    q = output_law(p, eps)
+    if q is None:
+        raise ValueError(f"E_i does not exist at ε = {eps:.6g} < ε̃_X for this prior")
     t = math.exp(-eps)
     k = t ** hamming_matrix(m, n) / (1.0 + (m - 1) * t) ** n
-    return q[None, :] * k / p.ravel()[:, None]
+    return q.ravel()[None, :] * k / p.ravel()[:, None]

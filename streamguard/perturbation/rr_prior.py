@@ -58,8 +58,9 @@ from .randomized_response import (
 
 Fallback = Literal["rr"] | None
 
-#: A non-degenerate E_i's realised identifiability stays this close (in ε) to its design ε.
-_DEGENERACY_TOL = 1e-9
+#: A non-degenerate E_i's realised identifiability stays this close (in ε) to its design ε; near
+#: the threshold a vanishing output's entries are ~1e−8 and rounding to 2⁻⁵² moves them by ~1e−8.
+_DEGENERACY_TOL = 1e-6
 
 
 def _exact_e_i(p: list[Fraction], delta: Fraction) -> list[list[Fraction]] | None:
@@ -77,9 +78,9 @@ def _exact_e_i(p: list[Fraction], delta: Fraction) -> list[list[Fraction]] | Non
     return [[q[b] * ((1 - delta) if b == a else c) / p[a] for b in range(m)] for a in range(m)]
 
 
-def _e_i_units(p: list[Fraction], delta: Fraction) -> NDArray[np.int64] | None:
+def _e_i_units(p: list[Fraction], delta: Fraction, diagonal: str) -> NDArray[np.int64] | None:
     rows = _exact_e_i(p, delta)
-    return None if rows is None else dyadic.round_rows(rows)
+    return None if rows is None else dyadic.round_rows(rows, diagonal)
 
 
 def _delta_of(eps: float, m: int) -> Fraction:
@@ -105,11 +106,11 @@ def _e_i_by_epsilon(p: list[Fraction], m: int, eps: float) -> NDArray[np.int64] 
     """E_i with identifiability ≤ ε proved: design at ε(1 − slack), then at the threshold."""
     def candidates() -> Iterator[NDArray[np.int64]]:
         for slack in SLACKS:
-            units = _e_i_units(p, _delta_of(eps * (1.0 - slack), m))
+            units = _e_i_units(p, _delta_of(eps * (1.0 - slack), m), "down")
             if units is None:
                 break  # less slack only moves closer to the threshold
             yield units
-        threshold = _e_i_units(p, min(p) * (m - 1))
+        threshold = _e_i_units(p, min(p) * (m - 1), "down")
         if threshold is not None:
             yield threshold
 
@@ -117,25 +118,23 @@ def _e_i_by_epsilon(p: list[Fraction], m: int, eps: float) -> NDArray[np.int64] 
 
 
 def _e_i_by_distortion(p: list[Fraction], m: int, D: float) -> NDArray[np.int64] | None:
-    """E_i with distortion ≤ D exactly and a non-degenerate rounding (realised identifiability
-    within 1e-9 of the design ε); None when D is past the threshold (exact test c ≤ min p)."""
+    """E_i with distortion ≤ D exactly, the least realised identifiability among the designs at
+    D(1 − slack) and at the threshold that round without degenerating (realised identifiability
+    within 1e-6 of the design ε); None when D is past the threshold (exact test c ≤ min p)."""
     delta = Fraction(D)
     if _exact_e_i(p, delta) is None:
         return None
-
-    def ok(units: NDArray[np.int64], design: Fraction) -> bool:
-        realised = dyadic.identifiability_ratio(units, p)
-        return dyadic.distortion(units, p) <= delta and \
-            dyadic.within(realised, _log_ratio_of(design, m) + _DEGENERACY_TOL)
-
-    designs = [delta * Fraction(1.0 - s) for s in SLACKS] + [min(p) * (m - 1)]
-    for design in designs:
-        if design <= 0 or design > delta:
+    best: tuple[dyadic.Ratio, NDArray[np.int64]] | None = None
+    for design in [delta * Fraction(1.0 - s) for s in SLACKS] + [min(p) * (m - 1)]:
+        if not 0 < design <= delta:
             continue
-        units = _e_i_units(p, design)
-        if units is not None and ok(units, design):
-            return units
-    return None
+        units = _e_i_units(p, design, "up")
+        if units is None or dyadic.distortion(units, p) > delta:
+            continue
+        realised = dyadic.identifiability_ratio(units, p)
+        if dyadic.within(realised, _log_ratio_of(design, m) + _DEGENERACY_TOL) and (best is None or realised < best[0]):
+            best = (realised, units)
+    return None if best is None else best[1]
 
 
 def rr_prior_channel(prior: ArrayLike | Joint, *, epsilon: float | None = None, distortion: float | None = None,
