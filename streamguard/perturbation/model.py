@@ -130,7 +130,11 @@ class Claim:
     ``Claim("ldp_s", {"epsilon": 1.0})`` (LDP w.r.t. S, notes/003 Def. 2, notes/004 eq. 1),
     ``Claim("alip", {"eps_l": 0.65, "eps_u": 0.35})``, ``Claim("lip", {"epsilon": 0.5})``,
     ``Claim("log_lift", {"epsilon": 1.0})``, ``Claim("identifiability", {"epsilon": 1.0})``,
-    ``Claim("distortion", {"D": 0.2})``. A channel may carry several claims.
+    ``Claim("distortion", {"D": 0.2})``, and the lift-based / lift-inverse measures of notes/003 §2.6
+    with a float bound, e.g. ``Claim("l1_lift", {"threshold": 0.5})``,
+    ``Claim("alpha_lift_inverse", {"alpha": 2.0, "threshold": 1.8})``. A channel may carry several
+    claims. The full list, with the exact constraint of each, is ``verify.NOTIONS`` (definitions in
+    :mod:`.lift`); an unknown notion or a missing parameter is refused, never skipped.
     """
 
     notion: str
