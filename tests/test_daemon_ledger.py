@@ -182,3 +182,43 @@ async def test_channel_stream_publishes_channel_outputs_and_the_ledger_records_t
         evs = led.book("dev", "s").channel_events
     assert evs and evs[0][1].lo == 0 and evs[-1][1].hi >= n - 1
     assert any(c.notion == "ldp_x" and c.epsilon == 1.0 for c in evs[0][1].claims)
+
+
+async def test_non_markov_channel_reads_the_sensitive_field_of_each_frame(mosquitto: Broker, tmp_path: Path) -> None:
+    """linear-nonmarkov draws each output from the row of (s, x): the frame's second field gives s.
+    A frame without it is rejected (named, never echoed); the released outputs follow P(y | s, x)."""
+    joint = [[0.3, 0.1, 0.1], [0.05, 0.15, 0.3]]
+    (tmp_path / "joint.json").write_text(json.dumps({"joint": joint}))
+    stream = {"name": "s", "labels": ["low", "mid", "high"], "source": "stdin", "mechanism": "channel",
+              "model": {"matrix": [[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]},
+              "channel": {"kind": "linear-nonmarkov", "epsilon": 0.5, "joint": str(tmp_path / "joint.json"),
+                          "sensitive_field": "occupancy", "sensitive_labels": ["away", "home"]}}
+    settings = _settings(mosquitto, tmp_path, stream)
+    rng = np.random.default_rng(4)
+    n = 1500
+    pairs = [divmod(int(v), 3) for v in rng.choice(6, size=n, p=np.array(joint).ravel())]  # (s, x) ~ joint
+
+    async def frames():
+        for i, (s, x) in enumerate(pairs):
+            body: dict[str, Any] = {"value": stream["labels"][x], "ts": 1.79e9 + i}
+            if i != 7:
+                body["occupancy"] = ["away", "home"][s]
+            yield "s", json.dumps(body).encode()
+
+    spy = await _run(settings, frames, "streamguard/dev/#")
+    recs = [json.loads(m.payload) for m in spy.on("/s/data")]
+    assert len(recs) == n - 1 and all(r["kind"] == "linear-nonmarkov" for r in recs)
+    privacy = json.loads(spy.on("/s/privacy")[-1].payload)
+    assert privacy["counters"]["rejected"] == {"missing-sensitive": 1}
+    assert privacy["stream_leakage"] is None  # the stream audit covers channels that read x only
+
+    from streamguard.perturbation import Joint
+    from streamguard.perturbation.designers import design
+
+    channel = design("linear-nonmarkov", Joint(joint), 0.5)
+    kept = [p for i, p in enumerate(pairs) if i != 7]
+    for s in (0, 1):  # empirical P(y | s) against the channel's effective law (3σ binomial bands)
+        ys = [r["output"] for r, (si, _) in zip(recs, kept) if si == s]
+        want = channel.effective(Joint(joint))[s]
+        got = np.bincount(ys, minlength=3) / len(ys)
+        assert np.all(np.abs(got - want) <= 4 * np.sqrt(want * (1 - want) / len(ys)) + 1e-9)
