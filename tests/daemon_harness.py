@@ -36,6 +36,8 @@ from streamguard.stream.transport import Backoff, Message, MqttTransport, reconn
 
 FAST = Backoff(base=0.02, cap=0.2)
 RECORD_KEYS = {"device", "stream", "seq", "ts", "value", "redacted", "mode"}
+AGGREGATE_KEYS = {"device", "stream", "index", "kind", "lo", "hi", "values", "sigma", "beta", "lipschitz", "epsilon",
+                  "model", "witness", "mode"}
 PRIVACY_KEYS = {"stream", "epsilon", "horizons", "plan_leakage", "open_marks", "recent_marks", "restarted",
                 "counters", "deterministic", "next_seq", "pending", "delay"}
 
@@ -231,7 +233,7 @@ def covering_marks(n_steps: int, marks: Iterable[int], plan: StreamPlan) -> list
 def check_message(m: Message, *, base: str, device: str, labels: dict[str, Sequence[str]],
                   mode: str | None = None) -> str:
     """Validate one message on a non-raw, non-command topic; returns its kind (data, status,
-    privacy). Raises AssertionError naming the topic if it is anything else."""
+    privacy, aggregate). Raises AssertionError naming the topic if it is anything else."""
     parts = m.topic.split("/")
     prefix = base.split("/")
     assert parts[: len(prefix)] == prefix and parts[len(prefix)] == device, m.topic
@@ -252,6 +254,12 @@ def check_message(m: Message, *, base: str, device: str, labels: dict[str, Seque
             assert r["redacted"] or r["value"] in labels[stream]
             assert r["mode"] in ("csprng", "deterministic") and (mode is None or r["mode"] == mode)
         return "data"
+    if kind == "aggregate":  # a noisy window: positions and noisy numbers only
+        assert isinstance(body, dict) and AGGREGATE_KEYS <= set(body) and body["stream"] == stream, m.topic
+        assert 0 <= body["lo"] <= body["hi"] and body["sigma"] > 0 and body["beta"] > 0
+        assert body["kind"] in ("histogram", "count", "mean") and all(isinstance(v, (int, float)) for v in body["values"])
+        assert body["mode"] in ("csprng", "deterministic") and (mode is None or body["mode"] == mode)
+        return "aggregate"
     if kind == "privacy":
         assert isinstance(body, dict) and PRIVACY_KEYS <= set(body) and body["stream"] == stream, m.topic
         assert isinstance(body["restarted"], bool)

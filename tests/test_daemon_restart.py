@@ -24,6 +24,7 @@ from daemon_harness import Spy, Truth, check_outputs, first_occurrences, publish
 
 from firmware_sim import Button, Faults, Labels, SimDevice, SimStream
 from streamguard import MarkovChain
+from streamguard.ledger.store import Ledger
 from streamguard.stream.outbox import Outbox
 
 BASE = "sgk"
@@ -56,6 +57,10 @@ design = "exact"
 [streams.model]
 alpha = 0.1
 beta = 0.2
+[[streams.aggregates]]
+query = "histogram"
+window = 40
+epsilon = 1.0
 """)
     return conf
 
@@ -163,6 +168,17 @@ async def test_sigkill_and_restart(mosquitto: Broker, tmp_path: Path) -> None:
 
     log = (tmp_path / "daemon.log").read_text(errors="replace")
     assert "Traceback" not in log, log
+
+    # 0. the ledger is written ahead: every aggregate window anyone received is in it, no position
+    #    was charged by two windows across the crashes, and the accountant's ε is within budget
+    aggregates = {(a["lo"], a["hi"]): a for a in spy.json_on(f"{BASE}/{DEVICE}/{STREAM}/aggregate")}
+    assert len(aggregates) >= 10
+    with Ledger.open(tmp_path / "outbox.ledger.sqlite", readonly=True) as led:
+        book = led.book(DEVICE, STREAM)
+        charged = sorted((e.lo, e.hi) for _, e in book.aggregate_events)
+        assert set(aggregates) <= set(charged)
+        assert all(a[1] < b[0] for a, b in zip(charged, charged[1:]))
+        assert max(acc.eps_max() for acc in book.accountants.values()) <= 1.0 + 1e-9
 
     # 1. nothing but sanitized records, statuses and privacy reports on output topics
     counts = check_outputs(spy.messages, base=BASE, device=DEVICE, labels={STREAM: LABELS}, mode="csprng",
