@@ -208,3 +208,30 @@ def test_designers_verify_and_leak_within_claims(case):
             assert m["alip_eps_u"] <= claim.params["eps_u"] + 1e-9
     assert any(c.notion in ("ldp_x", "ldp_s", "identifiability", "alip", "lip", "log_lift") for c in ch.claims)
     assert ch.kind == kind
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------
+
+
+@given(st.integers(0, 2**3000), st.integers(1, 2**3000), st.sampled_from([40, 120]))
+def test_ratio_enclosure_contains_value_and_is_tight(num, den, digits):
+    from fractions import Fraction
+
+    from streamguard.perturbation.verify import Ratio
+
+    lo, hi = Ratio(num, den).enclose(digits)
+    value = Fraction(num, den)
+    assert lo <= value <= hi
+    assert hi - lo <= value * Fraction(1, 10 ** (digits - 1))  # relative precision ~ digits
+
+
+def test_outputs_named_alike_all_count_as_released_as_itself():
+    """Two outputs both named 0 (as AORR names outputs by their posterior's support): neither is a
+    distortion of x = 0."""
+    prior = Joint.from_prior([0.5, 0.5])
+    ch = PerturbationChannel("test", np.array([[0.5, 0.5, 0.0], [0.0, 0.2, 0.8]]), "x", 2, 2, (0, 0, 1),
+                             (Claim("distortion", {"D": 0.1}),))
+    assert channel_metrics(ch, prior)["distortion"] == pytest.approx(0.1)
+    assert verify(ch, prior).ok

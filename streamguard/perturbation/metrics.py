@@ -73,14 +73,14 @@ def row_index(channel: PerturbationChannel, n_s: int) -> NDArray[np.int64]:
     return s * channel.n_x + x
 
 
-def identity_output(channel: PerturbationChannel) -> NDArray[np.int64]:
-    """Per x, the index of the output symbol that *is* x (x or the group (x,)), or −1 if none."""
-    out = np.full(channel.n_x, -1, dtype=np.int64)
+def released_as_itself(channel: PerturbationChannel) -> NDArray[np.bool_]:
+    """(|X|, |Y|) mask: output j *is* x (the symbol x, or the one-element group (x,))."""
+    mask = np.zeros((channel.n_x, channel.n_y), dtype=bool)
     for j, sym in enumerate(channel.outputs):
         x = sym if isinstance(sym, int) else (sym[0] if len(sym) == 1 else None)
-        if x is not None and 0 <= x < channel.n_x and out[x] < 0:
-            out[x] = j
-    return out
+        if x is not None and 0 <= x < channel.n_x:
+            mask[x, j] = True
+    return mask
 
 
 def sy_xy_joints(channel: PerturbationChannel, joint: Joint) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -119,8 +119,7 @@ def channel_metrics(channel: PerturbationChannel, joint: Joint) -> dict[str, flo
     eps_u = math.log(lam_max)
     eps_l = math.inf if psi_min == 0 else -math.log(psi_min)
     px = pxy.sum(axis=1)
-    ident = identity_output(channel)
-    kept = sum(float(pxy[x, j]) for x, j in enumerate(ident) if j >= 0)
+    kept = float(pxy[released_as_itself(channel)].sum())
     return {
         "ldp_x": _log_spread(channel.matrix),
         "ldp_s": _log_spread(psy / ps[:, None]),

@@ -50,7 +50,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .metrics import identity_output, require_compatible, row_index
+from .metrics import released_as_itself, require_compatible, row_index
 from .model import Claim, Joint, PerturbationChannel
 from .sampler import SCALE_BITS, exact_integers, quantise
 
@@ -107,7 +107,7 @@ class Ratio:
             return Fraction(self.num, self.den), Fraction(self.num, self.den)
         n, d = self.num >> k_num, self.den >> k_den  # num ∈ [n, n+1)·2^k_num, den ∈ [d, d+1)·2^k_den
         scale = Fraction(2) ** (k_num - k_den)
-        return Fraction(n, d + 1) * scale, Fraction(n + (k_num > 0), d) * scale
+        return Fraction(n, d + (k_den > 0)) * scale, Fraction(n + (k_num > 0), d) * scale
 
 
 def _ratio(q: Fraction) -> Ratio:
@@ -441,7 +441,8 @@ class _Checker:
 
     def distortion(self, claim: Claim, D: Fraction) -> list[ClaimCheck]:
         total = sum(map(sum, self.B))
-        kept = sum(self.B[x][j] for x, j in enumerate(identity_output(self.channel)) if j >= 0)
+        mask = released_as_itself(self.channel)
+        kept = sum(self.B[x][j] for x, j in zip(*np.nonzero(mask)))
         value = Ratio(total - kept, total)
         return [self._result(claim, "Pr(Y ≠ X) ≤ D", "all inputs", value, _ratio(D), float(value), float(D))]
 
