@@ -95,11 +95,6 @@ def h_inv(D: float, m: int, n: int = 1) -> float:
     return math.log1p(-delta) - math.log(delta) + math.log(m - 1)
 
 
-def change_probability(eps: float, m: int) -> float:
-    """Per-row δ = (m−1)/(e^ε+m−1) = h(ε; n = 1)."""
-    return h(eps, m)
-
-
 # -- tables in units of 2^-52 ----------------------------------------------------------------------
 
 

@@ -28,9 +28,12 @@ distortion h(ε̃_X) < D — beats E_d whenever ε̃_X < h⁻¹(D) + ε_X; see
 Exactness: the table is the exact rational E_i for a rational δ, rounded to units of 2⁻⁵²
 (:mod:`.dyadic`), so the sampler realises it exactly; the requested budget is checked exactly
 and, where rounding lands on the wrong side of a tight ratio, the design is retried with a small
-slack (:data:`.randomized_response.SLACKS`). Within ~10⁻⁵ (relative) of the threshold the entries of
-a vanishing output are too small to round safely; the design then uses E_i *at* the threshold
-(c = min p exactly, that output never released) or, failing that, the fallback.
+slack (:data:`.randomized_response.SLACKS`). Near the threshold the entries of a vanishing output
+are too small to round safely, so E_i *at* the threshold (c = min p exactly: that output is never
+released, and its column is exactly zero) is a candidate too. A distortion budget takes the
+candidate with the least realised identifiability. An identifiability budget within the slack of
+ε̃_X (in particular ε = ε̃_X exactly, where every E_i ratio is tight) may not be certifiable after
+rounding; it then gets the fallback.
 """
 
 from __future__ import annotations
