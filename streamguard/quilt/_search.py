@@ -25,6 +25,29 @@ _STACK = 512  # depth ≤ log2(amax) + log2(bmax) + 2 per branch; two entries pe
 
 
 @kernel
+def _push_halves(st, top, a0, a1, b0, b1):  # pragma: no cover - compiled
+    """Split the rectangle [a0, a1] × [b0, b1] across its longer side and push both halves on the
+    stack ``st`` at ``top`` (the lower half last, so it is searched first); returns the new top."""
+    if a1 - a0 >= b1 - b0:
+        m = (a0 + a1) // 2
+        lo_a, hi_a, lo_b, hi_b = m + 1, a1, b0, b1
+        a1 = m
+    else:
+        m = (b0 + b1) // 2
+        lo_a, hi_a, lo_b, hi_b = a0, a1, m + 1, b1
+        b1 = m
+    st[top, 0] = lo_a
+    st[top, 1] = hi_a
+    st[top, 2] = lo_b
+    st[top, 3] = hi_b
+    st[top + 1, 0] = a0
+    st[top + 1, 1] = a1
+    st[top + 1, 2] = b0
+    st[top + 1, 3] = b1
+    return top + 2
+
+
+@kernel
 def bb_score(bwd, fwd, amax, bmax, cmax, eps, best):  # pragma: no cover - compiled
     """min over a ≤ amax, b ≤ bmax, a+b−1 ≤ cmax of (a+b−1)/(ε − e(a,b)) if below ``best``.
 
@@ -68,27 +91,7 @@ def bb_score(bwd, fwd, amax, bmax, cmax, eps, best):  # pragma: no cover - compi
                 be = e
         if a0 == a1 and b0 == b1:
             continue
-        if a1 - a0 >= b1 - b0:
-            m = (a0 + a1) // 2
-            st[top, 0] = m + 1
-            st[top, 1] = a1
-            st[top, 2] = b0
-            st[top, 3] = b1
-            st[top + 1, 0] = a0
-            st[top + 1, 1] = m
-            st[top + 1, 2] = b0
-            st[top + 1, 3] = b1
-        else:
-            m = (b0 + b1) // 2
-            st[top, 0] = a0
-            st[top, 1] = a1
-            st[top, 2] = m + 1
-            st[top, 3] = b1
-            st[top + 1, 0] = a0
-            st[top + 1, 1] = a1
-            st[top + 1, 2] = b0
-            st[top + 1, 3] = m
-        top += 2
+        top = _push_halves(st, top, a0, a1, b0, b1)
     return best, ba, bb, be, cells
 
 
@@ -130,27 +133,7 @@ def bb_load(bwd, fwd, S, x, amax, bmax, best):  # pragma: no cover - compiled
             bb = b1
         if a0 == a1 and b0 == b1:
             continue
-        if a1 - a0 >= b1 - b0:
-            m = (a0 + a1) // 2
-            st[top, 0] = m + 1
-            st[top, 1] = a1
-            st[top, 2] = b0
-            st[top, 3] = b1
-            st[top + 1, 0] = a0
-            st[top + 1, 1] = m
-            st[top + 1, 2] = b0
-            st[top + 1, 3] = b1
-        else:
-            m = (b0 + b1) // 2
-            st[top, 0] = a0
-            st[top, 1] = a1
-            st[top, 2] = m + 1
-            st[top, 3] = b1
-            st[top + 1, 0] = a0
-            st[top + 1, 1] = a1
-            st[top + 1, 2] = b0
-            st[top + 1, 3] = m
-        top += 2
+        top = _push_halves(st, top, a0, a1, b0, b1)
     return best, ba, bb, cells
 
 
