@@ -68,39 +68,31 @@ EIG_TOL = 1e-12
 
 
 @kernel
+def _max_log_ratio(u, v):  # pragma: no cover - compiled
+    """max over i with u[i] > −∞ of u[i] − v[i] (log-space likelihood ratio); +∞ where u[i] is
+    possible and v[i] is not, −∞ when no u[i] is possible."""
+    best = -np.inf
+    for i in range(u.shape[0]):
+        if u[i] == -np.inf:
+            continue
+        if v[i] == -np.inf:
+            return np.inf
+        if u[i] - v[i] > best:
+            best = u[i] - v[i]
+    return best
+
+
+@kernel
 def _log_ratio_rows_into(logpow, r0, s_idx, t_idx, fwd, braw):  # pragma: no cover - compiled
     """Raw per-pair tables from log P^r for the rows r ≥ r0 of ``logpow``, written to fwd[r − r0]:
     fwd[·,p] = max_y log P^r(s,y)/P^r(t,y), braw[·,p] = max_x log P^r(x,s)/P^r(x,t)."""
     n = logpow.shape[0]
-    k = logpow.shape[1]
     for r in range(r0, n):
         for p in range(s_idx.shape[0]):
             s = s_idx[p]
             t = t_idx[p]
-            f = -np.inf
-            for y in range(k):
-                u = logpow[r, s, y]
-                if u == -np.inf:
-                    continue
-                v = logpow[r, t, y]
-                if v == -np.inf:
-                    f = np.inf
-                    break
-                if u - v > f:
-                    f = u - v
-            g = -np.inf
-            for x in range(k):
-                u = logpow[r, x, s]
-                if u == -np.inf:
-                    continue
-                v = logpow[r, x, t]
-                if v == -np.inf:
-                    g = np.inf
-                    break
-                if u - v > g:
-                    g = u - v
-            fwd[r - r0, p] = f
-            braw[r - r0, p] = g
+            fwd[r - r0, p] = _max_log_ratio(logpow[r, s, :], logpow[r, t, :])
+            braw[r - r0, p] = _max_log_ratio(logpow[r, :, s], logpow[r, :, t])
 
 
 @kernel
