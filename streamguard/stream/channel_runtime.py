@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,21 +34,25 @@ from ..sampling import BitSource
 from .records import Rejection, SensitiveField
 from .runtime import StreamRuntime
 
-log = logging.getLogger(__name__)
-
 #: Positions one ledger event of a channel stream covers (see ``ChannelRuntime._reserve``).
 RESERVE = 4096
 
 
 def ledger_claims(channel: PerturbationChannel) -> tuple[ChannelClaim, ...]:
-    """The channel's privacy claims as the ledger states them, one ε per notion (ALIP's two
-    budgets as ``alip_l`` and ``alip_u``; non-privacy claims such as distortion are left out)."""
+    """The channel's privacy claims as the ledger states them, one level per notion: ε where the
+    notion has one, ALIP's two budgets as ``alip_l`` and ``alip_u``, and the threshold of the
+    lift-based measures (l1/χ²/α-lift and their inverses). Distortion is utility, not privacy, and
+    is left out. A channel without any privacy claim is refused (fail closed)."""
     out = []
     for c in channel.claims:
         if c.notion == "alip":
             out += [ChannelClaim("alip_l", c.params["eps_l"]), ChannelClaim("alip_u", c.params["eps_u"])]
         elif "epsilon" in c.params:
             out.append(ChannelClaim(c.notion, c.params["epsilon"]))
+        elif "threshold" in c.params:
+            out.append(ChannelClaim(c.notion, c.params["threshold"]))
+    if not out:
+        raise ValueError(f"channel {channel.kind!r} states no privacy guarantee the ledger can record")
     return tuple(out)
 
 
@@ -108,6 +111,7 @@ class ChannelRuntime(StreamRuntime):
 
         assert cfg.channel is not None
         self.channel, self.joint = build_channel(cfg.channel, self.states.k)
+        self.claims = ledger_claims(self.channel)  # refuses a channel with no privacy claim, at start-up
         self.sampler = ChannelSampler(self.channel)
         self.source = source
         self.next_seq = first_seq
@@ -135,12 +139,13 @@ class ChannelRuntime(StreamRuntime):
         if isinstance(rec, Rejection):
             self._observe(phys, None)
             return [], rec
-        self._observe(phys, rec.state)
         seq = self.next_seq
         self.next_seq += 1
         if rec.private or any(w.contains(rec.ts) for w in self.cfg.schedule):
+            self._observe(phys, None)  # withheld from the aggregates too (its position is still charged)
             self.counters.redacted += 1
             return [ChannelRelease(seq, rec.ts, None)], None
+        self._observe(phys, rec.state)
         self._reserve(phys)
         s = None if rec.sensitive is None else np.array([rec.sensitive], dtype=np.int64)
         out = int(self.sampler.sample(np.array([rec.state], dtype=np.int64), s, self.source)[0])
@@ -156,7 +161,7 @@ class ChannelRuntime(StreamRuntime):
         lo, hi = phys, phys + RESERVE - 1
         self._reserved = hi + 1
         self._ledger_events.append(ChannelEvent(
-            device=self.settings.device, stream=self.name, channel=self.channel_id, claims=ledger_claims(self.channel),
+            device=self.settings.device, stream=self.name, channel=self.channel_id, claims=self.claims,
             lo=lo, hi=hi, stream_leakage=self.stream_leakage_bound, model=self.model_id))
 
     def on_command(self, data: bytes) -> Rejection | None:
@@ -210,6 +215,7 @@ class ChannelRuntime(StreamRuntime):
             "metrics": _finite(self.metrics),
             "stream_leakage": self.stream_leakage,
             "model": {"matrix": chain.matrix.tolist(), "stationary": chain.stationary},
+            "joint": self.joint.p.tolist(),  # the P(S, X) the per-record claims hold under
             "deterministic": self.deterministic,
             "next_seq": self.next_seq,
             "counters": self.counters.as_dict(),

@@ -98,20 +98,22 @@ class Daemon:
             decided = await box.run(Outbox.recent_decisions, cfg.name)
             first_seq = await box.run(Outbox.next_position, cfg.name)
             marks = await box.run(Outbox.marks, cfg.name)
-            # positions continue past every one the ledger has charged (no window is charged twice)
+            decided_upto = max(decided) + 1 if decided else 0
+            # Positions continue past every one the ledger has charged (no window is charged
+            # twice) and past an open mark whose own record was still pending at the crash: that
+            # record is lost, but the records after the restart are its right neighbours (at an
+            # unknown distance ≥ 1). Every skipped position was never published: on a redaction
+            # stream it is recorded as fully redacted, so that open marks are restored like any
+            # other (the rest of their right window redacted, their leakage evaluated over every
+            # restart gap, the skipped records counted as withheld — not as released).
             charged = await box.run(lambda _b, name=cfg.name: self._charged_upto(name))
-            first_phys = max(max(decided) + 1 if decided else 0, charged)
-            # An open mark whose own record was still pending at the crash: that record is lost,
-            # but the records after the restart are its right neighbours (at an unknown distance
-            # ≥ 1). Resume after it, recording the never-published positions as fully redacted, so
-            # that it is restored like any open mark (the rest of its right window redacted, its
-            # leakage evaluated over every restart gap) instead of being dropped.
-            lost = [m["state"]["phys"] for m in marks.values() if m.get("open") and m["state"]["phys"] >= first_phys]
-            if lost:
-                never = [(t, 1.0, 1.0) for t in range(first_phys, max(lost) + 1)]
+            lost = [m["state"]["phys"] + 1 for m in marks.values()
+                    if m.get("open") and m["state"]["phys"] >= decided_upto]
+            first_phys = max([decided_upto, charged, *lost])
+            if cfg.mechanism == "redaction" and first_phys > decided_upto:
+                never = [(t, 1.0, 1.0) for t in range(decided_upto, first_phys)]
                 await box.run(Outbox.record_decisions, cfg.name, never, keep=KEEP_DECISIONS)
                 decided.update((t, (r0, r1)) for t, r0, r1 in never)
-                first_phys = max(lost) + 1
             restarted = bool(decided)
             open_marks = [Mark.from_state(m["state"]) for m in marks.values()
                           if m.get("open") and m["state"]["phys"] < first_phys]
@@ -188,6 +190,7 @@ class Daemon:
             while self._queue:
                 group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
                 self._room.set()
+                report = any(e.marks or e.aggregates for e in group)  # (persisting empties aggregates)
                 while True:
                     try:
                         await self._box.run(self._persist, group)
@@ -202,7 +205,7 @@ class Daemon:
                     if self.settings.stdout:  # the JSON-lines sink: stored, so never re-drawn
                         sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
                         sys.stdout.flush()
-                if any(e.marks or e.aggregates for e in group):
+                if report:
                     self._status_dirty.set()
             self._idle.set()
 
@@ -363,24 +366,27 @@ class Daemon:
     def _persist(self, box: Outbox, group: list[_StoreEntry]) -> None:
         """On the outbox thread: first the group's ledger events (durable; aggregates only if the
         budget filter admits them), then its records, rows used and mark states in one outbox
-        transaction — so nothing is publishable before the ledger holds it."""
+        transaction — so nothing is publishable before the ledger holds it. The ledger step is
+        done once per entry: a retry (the outbox was full under ``stop-input``) only retries the
+        store, with the admitted aggregates already turned into records."""
         assert self._ledger is not None
-        items: list[Item] = []
-        decisions: dict[str, list[tuple[int, float, float]]] = {}
-        marks: dict[str, dict[int, dict[str, Any]]] = {}
-        next_window: dict[str, int] = {}
         self._ledger.commit_all([ev for e in group for ev in e.events])
+        next_window: dict[str, int] = {}
         for e in group:
+            e.events = []
             for a in e.aggregates:
                 if self._admit(a):
                     key = f"{a.rt.name}/aggregate"
                     seq = next_window.get(key, box.next_position(key))
                     next_window[key] = seq + 1
-                    items.append(Item(key, seq, a.rt.aggregate_topic(), a.rt.aggregate_payload(a.query, a.release)))
-            items.extend(e.items)
+                    e.items.append(Item(key, seq, a.rt.aggregate_topic(), a.rt.aggregate_payload(a.query, a.release)))
+            e.aggregates = []
+        decisions: dict[str, list[tuple[int, float, float]]] = {}
+        marks: dict[str, dict[int, dict[str, Any]]] = {}
+        for e in group:
             decisions.setdefault(e.stream, []).extend(e.decisions)
             marks.setdefault(e.stream, {}).update(e.marks)
-        box.store(items, keep=KEEP_DECISIONS, decisions=decisions, marks=marks)
+        box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks)
 
     def _admit(self, a: _Aggregate) -> bool:
         """The ledger's budget filter for one aggregate release: is it admitted (and recorded)?"""

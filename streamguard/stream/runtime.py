@@ -215,7 +215,9 @@ class RedactionRuntime(StreamRuntime):
         source = "flag" if rec.private else "schedule"
         _, releases = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
                                        source=source)
-        self._observe(self.core.next_phys - 1, rec.state)
+        # a record flagged private on arrival stays out of the aggregate windows (its position is
+        # still charged); a mark that comes later cannot take back a reading already counted
+        self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state)
         return self._count(releases), None
 
     def on_command(self, data: bytes) -> Rejection | None:
