@@ -237,3 +237,21 @@ def test_aggregates_and_channels_example_checks(capsys):
     out = capsys.readouterr().out
     assert "aggregate histogram every 60 positions" in out and "σ_∞=" in out and "witness quilt" in out
     assert "per-record channel rr-prior" in out and "whole stream under the model" in out
+
+
+def test_a_command_for_a_record_published_long_ago_is_reported_not_recorded(tmp_path):
+    """Its position is no longer known (phys −1): the mark is reported as not honoured with an
+    unbounded leakage, and no ledger event is made for it (a ledger event needs a position) —
+    found by the daemon fuzz test, where it stopped the daemon."""
+    s = load_settings(_with(tmp_path, 'log_level = "INFO"', 'log_level = "INFO"\ndeterministic_seed = 3'))
+    rt = RedactionRuntime(s, s.streams[0].model_copy(update={"schedule": []}), SeededSource(3))
+    for i in range(2000):
+        rt.on_frame(json.dumps({"value": "vacant", "ts": 1.79e9 + i}).encode(), now=1.79e9 + i)
+    rt.mark_records(), rt.take_ledger_events()
+    assert rt.on_command(b'{"private": 0}') is None
+    marks = rt.mark_records()
+    assert [m["report"]["honoured"] for m in marks.values()] == [False]
+    assert rt.take_ledger_events() == []
+    assert rt.on_command(b'{"private": 1999}') is None  # a recent one is recorded
+    rt.mark_records()
+    assert [e.position for e in rt.take_ledger_events()] == [1999]
