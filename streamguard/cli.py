@@ -289,31 +289,43 @@ def _aggregate_lines(cfg: Any) -> list[str]:
     for a in cfg.aggregates:
         sc = stream_scale(QuiltModel([cfg.chain()], a.influence), a.epsilon)
         w = sc.witness
+        lipschitz = {"histogram": 2.0, "count": 1.0}.get(a.query)
+        noise = (f"noise ±{math.sqrt(2) * lipschitz * sc.sigma:.3g} (std) per value" if lipschitz is not None
+                 else f"noise ±{math.sqrt(2) * (max(a.values or [0]) - min(a.values or [0])) * sc.sigma / a.window:.3g} "
+                      "(std) on the mean")
         out.append(f"  aggregate {a.query} every {a.window} positions: ε={a.epsilon:g} ({a.influence}), "
-                   f"σ_∞={sc.sigma:.6g}, witness quilt a={w.a} b={w.b} card={w.card} e={w.e:.4f}")
+                   f"σ_∞={sc.sigma:.6g}, witness quilt a={w.a} b={w.b} card={w.card} e={w.e:.4f}; {noise}")
     if cfg.aggregates:
         out.append(f"  aggregate budget (quilt accountant): {cfg.total_aggregate_budget():g}")
     return out
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    import contextlib
+    import io
+
     from .config import load_settings
 
-    settings = load_settings(Path(args.file))
-    print(f"{args.file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
-          f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}")
-    if settings.deterministic_seed is not None:
-        print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
-              "against anyone who knows the seed)")
-    for cfg in settings.streams:
-        if cfg.mechanism == "channel":
-            _check_channel_stream(cfg)
-        else:
-            _check_redaction_stream(cfg)
-        for q in _aggregate_lines(cfg):
-            print(q)
-        if cfg.schedule:
-            print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
+    for file in args.files:
+        settings = load_settings(Path(file))
+        report = io.StringIO()
+        with contextlib.redirect_stdout(report):  # printed only once every stream checked out
+            for cfg in settings.streams:
+                if cfg.mechanism == "channel":
+                    _check_channel_stream(cfg)
+                else:
+                    _check_redaction_stream(cfg)
+                for q in _aggregate_lines(cfg):
+                    print(q)
+                if cfg.schedule:
+                    print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
+        print(f"{file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
+              f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}, "
+              f"ledger {settings.ledger_path()}")
+        if settings.deterministic_seed is not None:
+            print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
+                  "against anyone who knows the seed)")
+        print(report.getvalue(), end="")
     return 0
 
 
@@ -412,11 +424,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _broker_arg(text: str) -> tuple[str, int]:
+    from .loopback import is_loopback
+
     host, _, port = text.rpartition(":")
     try:
-        return host or "127.0.0.1", int(port)
+        host, number = host or "127.0.0.1", int(port)
     except ValueError:
         raise argparse.ArgumentTypeError("expected HOST:PORT") from None
+    if not is_loopback(host):
+        raise argparse.ArgumentTypeError("the demo sends raw readings through its broker: use one on this "
+                                         "machine (localhost or a loopback address)")
+    return host, number
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -427,6 +445,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _setup_logging("WARNING")
     if args.duration <= 0 or args.rate <= 0:
         raise CliError("--duration and --rate must be positive")
+    if args.broker is not None:
+        from .loopback import accepts
+
+        host, port = args.broker
+        if not accepts(port, timeout=2.0, host=host):
+            raise CliError(f"--broker {host}:{port}: nothing accepts connections there")
     return asyncio.run(run_demo(args.duration, args.rate, args.seed, args.broker, sys.stdout))
 
 
@@ -481,8 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("config", help="configuration tools")
     csub = c.add_subparsers(dest="config_command", required=True)
-    chk = csub.add_parser("check", help="validate a config file and print the plan it implies")
-    chk.add_argument("file", help="TOML configuration")
+    chk = csub.add_parser("check", help="validate config files and print what each stream implies (plans, "
+                                        "channels and their verified claims, aggregate noise scales)")
+    chk.add_argument("files", nargs="+", metavar="FILE", help="TOML configuration")
     chk.set_defaults(func=cmd_config_check)
 
     pz = sub.add_parser("privatize", help="batch mode: raw JSON lines on stdin → sanitized JSON lines on stdout",

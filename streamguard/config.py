@@ -10,7 +10,6 @@ ignored). Unknown keys are errors. Validation errors name the key, e.g.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -18,16 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from .chain import MarkovChain, ModelError
+from .loopback import is_loopback
 from .stream.records import SensitiveField, StateMap
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ConfigError(ValueError):
@@ -172,10 +163,14 @@ class AggregateConfig(_Strict):
 
     @model_validator(mode="after")
     def _query_fields(self) -> AggregateConfig:
-        if (self.query == "count") != (self.state is not None):
-            raise ValueError("state (the label counted) goes with query = \"count\" only")
-        if (self.query == "mean") != (self.values is not None and self.step is not None):
-            raise ValueError("values (one per state) and step (the release grid) go with query = \"mean\" only")
+        if self.query == "count" and self.state is None:
+            raise ValueError('query = "count" needs state (the label counted)')
+        if self.query != "count" and self.state is not None:
+            raise ValueError('state (the label counted) goes with query = "count" only')
+        if self.query == "mean" and (self.values is None or self.step is None):
+            raise ValueError('query = "mean" needs values (one per state) and step (the release grid)')
+        if self.query != "mean" and (self.values is not None or self.step is not None):
+            raise ValueError('values and step go with query = "mean" only')
         return self
 
 
@@ -304,7 +299,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _raw_stays_local(self) -> Settings:
         """Raw readings never leave the device: a broker that carries raw frames must be local."""
-        if any(s.source == "mqtt" for s in self.streams) and not _is_loopback(self.broker.host):
+        if any(s.source == "mqtt" for s in self.streams) and not is_loopback(self.broker.host):
             raise ValueError('broker.host: streams with source = "mqtt" read raw frames from the broker, '
                              "which must be on this device (localhost or a loopback address)")
         return self

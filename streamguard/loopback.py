@@ -6,9 +6,20 @@ Everything streamguard starts for itself (brokers for demos, tests and benchmark
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
 HOST = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` this machine: ``localhost`` or a loopback address?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def free_port() -> int:
@@ -18,10 +29,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def accepts(port: int, timeout: float = 0.2) -> bool:
-    """Does something accept TCP connections on 127.0.0.1:port?"""
+def accepts(port: int, timeout: float = 0.2, host: str = HOST) -> bool:
+    """Does something accept TCP connections on host:port (default 127.0.0.1)?"""
     try:
-        with socket.create_connection((HOST, port), timeout=timeout):
+        with socket.create_connection((host, port), timeout=timeout):
             return True
     except OSError:
         return False

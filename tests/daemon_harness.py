@@ -37,7 +37,7 @@ from streamguard.stream.transport import Backoff, Message, MqttTransport, reconn
 FAST = Backoff(base=0.02, cap=0.2)
 RECORD_KEYS = {"device", "stream", "seq", "ts", "value", "redacted", "mode"}
 AGGREGATE_KEYS = {"device", "stream", "index", "kind", "lo", "hi", "values", "sigma", "beta", "lipschitz", "epsilon",
-                  "model", "witness", "mode"}
+                  "model", "witness", "influence", "mode"}
 PRIVACY_KEYS = {"stream", "epsilon", "horizons", "plan_leakage", "open_marks", "recent_marks", "restarted",
                 "counters", "deterministic", "next_seq", "pending", "delay"}
 

@@ -135,3 +135,24 @@ def test_privatize_batch_mode(tmp_path):
     assert all(r["value"] in (None, "vacant") and (r["value"] is None) == r["redacted"] for r in recs)
     assert recs[10]["redacted"] and all(not r["redacted"] for r in recs if abs(r["seq"] - 10) > 3)
     assert b"rejected: not-json 1" in proc.stderr and b"vacant" not in proc.stderr
+
+
+def test_demo_refuses_a_remote_or_silent_broker_in_one_line(capsys):
+    from streamguard.loopback import free_port
+
+    with pytest.raises(SystemExit) as info:
+        run(capsys, "demo", "--broker", "10.0.0.1:1883")
+    assert info.value.code == 2 and "loopback" in capsys.readouterr().err
+    rc, _, err = run(capsys, "demo", "--broker", f"127.0.0.1:{free_port()}", "--duration", "1")
+    assert rc == 2 and err.count("\n") == 1 and "nothing accepts connections" in err
+
+
+def test_config_check_takes_several_files_and_refuses_before_saying_valid(capsys, tmp_path):
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    rc, out, _ = run(capsys, "config", "check", str(examples / "streamguard.toml"),
+                     str(examples / "aggregates-and-channels.toml"))
+    assert rc == 0 and out.count(": valid — ") == 2 and "(std) per value" in out
+    bad = tmp_path / "bad.toml"
+    bad.write_text((examples / "aggregates-and-channels.toml").read_text().replace('kind = "rr-prior"\n', 'file = "nope.json"\n'))
+    rc, out, err = run(capsys, "config", "check", str(bad))
+    assert rc == 2 and "valid" not in out and "nope.json" in err

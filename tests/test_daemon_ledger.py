@@ -90,7 +90,7 @@ async def test_aggregate_windows_are_admitted_by_the_ledger_and_the_odometer_mat
     s_hist, s_cnt = sigma_inf(model, 1.0).sigma, sigma_inf(model, 0.5).sigma
     assert all(a["sigma"] == pytest.approx(s_hist) and a["beta"] == pytest.approx(2 * s_hist) for a in hist)
     assert all(a["sigma"] == pytest.approx(s_cnt) and a["lipschitz"] == 1 for a in cnt)
-    assert all(a["mode"] == "deterministic" and a["deterministic"] for a in aggs)
+    assert all(a["mode"] == "deterministic" and a["deterministic"] and a["influence"] == "stat" for a in aggs)
     # noisy counts sit near the truth (the noise is discrete Laplace of scale 2σ ≈ a few tens)
     truth_hist = [np.bincount([x for i, x in enumerate(states) if lo <= i <= hi and i not in bad], minlength=2)
                   for lo, hi in ((a["lo"], a["hi"]) for a in hist)]

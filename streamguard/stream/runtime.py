@@ -100,8 +100,9 @@ class StreamRuntime(abc.ABC):
 
     def aggregate_payload(self, q: int, rel: AggregateRelease) -> bytes:
         """The published aggregate: the release's public fields plus the stream and the query's index."""
-        doc = {"device": self.settings.device, "stream": self.name, "index": q, **rel.to_json(),
-               "mode": self._mode()}
+        doc = {"device": self.settings.device, "stream": self.name, "index": q, **rel.to_json()}
+        doc["influence"] = doc.pop("mode")  # the max-influence mode; "mode" is the randomness, as on records
+        doc["mode"] = self._mode()
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @property
