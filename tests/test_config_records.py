@@ -235,7 +235,7 @@ def test_aggregates_and_channels_example_checks(capsys):
     assert s.streams[0].total_aggregate_budget() == 1.5
     assert main(["config", "check", str(example)]) == 0
     out = capsys.readouterr().out
-    assert "aggregate histogram every 60 positions" in out and "σ_∞=" in out and "witness quilt" in out
+    assert "aggregate histogram every 3600 positions" in out and "σ_∞=" in out and "witness quilt" in out
     assert "per-record channel rr-prior" in out and "whole stream under the model" in out
 
 

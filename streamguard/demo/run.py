@@ -6,7 +6,7 @@
 3. The daemon privatizes them and publishes sanitized records, status and privacy reports.
 4. A subscriber prints, once a second, what a data consumer sees: records in, released,
    redacted, private marks with their exact achieved leakage, and throughput. The occupancy
-   stream also releases a noisy histogram every 50 positions (Markov Quilt Mechanism), admitted
+   stream also releases a noisy histogram every 100 positions (Markov Quilt Mechanism), admitted
    by the privacy ledger; the summary shows the ledger's odometer.
 
 At the end it checks what arrived against the simulator's ground truth — every accepted record
@@ -49,7 +49,7 @@ class DemoStream:
 
 STREAMS = (
     DemoStream("occupancy", ("vacant", "occupied"), 0.05, 0.2, 1.0,
-               ({"query": "histogram", "window": 50, "epsilon": 1.0},)),
+               ({"query": "histogram", "window": 100, "epsilon": 1.0},)),
     DemoStream("door", ("closed", "open"), 0.1, 0.6, 0.5),
 )
 
@@ -238,7 +238,9 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float) -> str:
         )
         agg = (pv.get("ledger") or {}).get("aggregate")
         if agg is not None:
-            lines.append(f"    aggregates: {len(watch.aggregates.get(s.name, []))} noisy histograms published; ledger: "
+            sigma = (pv.get("aggregates") or [{}])[0].get("sigma", math.nan)
+            lines.append(f"    aggregates: {len(watch.aggregates.get(s.name, []))} noisy histograms published "
+                         f"(noise ±{math.sqrt(2) * 2 * sigma:.0f} std per bin: σ_∞ = {sigma:.1f} on this sticky chain); ledger: "
                          f"ε = {agg['epsilon']:.4f} for every position (quilt accountant) of budget {agg['budget']:g}; "
                          f"the paper's Σε would be {agg['models'][0]['paper']['thm_III7_sum'].get('epsilon', '—')}")
     lines.append(f"  simulator sent: {sent}")
