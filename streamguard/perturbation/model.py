@@ -42,11 +42,19 @@ def _matrix(values: ArrayLike, what: str) -> NDArray[np.float64]:
         raise ModelInputError(f"{what}: not a numeric matrix") from None
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 2:
         raise ModelInputError(f"{what}: expected a matrix with at least 2 columns, got shape {arr.shape}")
+    _require_distribution(arr, what)
+    return arr
+
+
+def _require_distribution(arr: NDArray[np.float64], what: str) -> None:
+    """Finite, non-negative entries summing to 1 (within :data:`SUM_TOL`); the message names ``what``."""
     if not np.all(np.isfinite(arr)):
         raise ModelInputError(f"{what}: contains NaN or infinity")
     if np.any(arr < 0):
         raise ModelInputError(f"{what}: has negative entries")
-    return arr
+    total = float(arr.sum())
+    if abs(total - 1.0) > SUM_TOL:
+        raise ModelInputError(f"{what}: entries sum to {total:.12g}, not 1")
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,6 @@ class Joint:
 
     def __post_init__(self) -> None:
         p = _matrix(self.p, "joint")
-        total = float(p.sum())
-        if abs(total - 1.0) > SUM_TOL:
-            raise ModelInputError(f"joint: entries sum to {total:.12g}, not 1")
         for axis, name, other in ((1, "s", "P_S"), (0, "x", "P_X")):
             zero = np.flatnonzero(p.sum(axis=axis) <= 0)
             if zero.size:
@@ -70,13 +75,20 @@ class Joint:
 
     @classmethod
     def from_prior(cls, prior: ArrayLike) -> Joint:
-        """Paper 001's setting: no separate S, the secret is X itself (P_SX = diag(P_X))."""
+        """Paper 001's setting: no separate S, the secret is X itself (P_SX = diag(P_X)).
+
+        The prior is checked as given (finite, non-negative, summing to 1, every P(x) > 0), so a bad
+        prior is named as the prior, not as the diagonal joint built from it."""
         try:
             px = np.array(prior, dtype=np.float64)
         except (TypeError, ValueError):
             raise ModelInputError("prior: not a numeric vector") from None
         if px.ndim != 1 or px.size < 2:
             raise ModelInputError(f"prior: expected a vector of at least 2 probabilities, got shape {px.shape}")
+        _require_distribution(px, "prior")
+        zero = np.flatnonzero(px == 0)
+        if zero.size:
+            raise ModelInputError(f"prior: P(x={int(zero[0])}) is 0 (every state needs a positive probability)")
         return cls(np.diag(px))
 
     @classmethod
