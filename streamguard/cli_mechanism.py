@@ -4,17 +4,18 @@
   [--lambda L] [--measure M] [--alpha A] [--cost C] [--json] [--out CHANNEL.json] [--chain "[[...]]"]``
   designs the channel (perturbation.designers), checks every claim exactly (perturbation.verify),
   prints it with its metrics (nats) and, with ``--out``, saves it (perturbation.channel_file).
-* ``streamguard mechanism check CHANNEL.json (--joint FILE.json | --prior "[...]") [--json]
-  [--chain "[[...]]"]`` loads a saved channel (verified against the model stored in it) and checks
-  its claims under the given model.
+* ``streamguard mechanism check CHANNEL.json [--joint FILE.json | --prior "[...]"] [--json]
+  [--chain "[[...]]"]`` loads a saved channel (refused if edited — its digest must match — or if a
+  claim fails under the model stored in it) and checks its claims under the given model, or under
+  the stored one when no model is given.
 
 ``FILE.json`` is ``{"joint": [[P(s, x) …] per s]}``. ``--chain`` adds the exact leakage about one
 record of the whole stream when the channel releases every record of that Markov chain (rows of the
 transition matrix, stationary start) — next to, and not to be confused with, the per-record claims.
 
 Exit status: 0 the channel keeps every claim; 1 the channel is refused (a claim is violated, or a
-saved file is malformed or was edited), with one line naming the constraint; 2 bad arguments or an
-unreadable / malformed model (one line naming the problem).
+saved file is malformed or was edited), with one line naming the constraint; 2 bad arguments, an
+unreadable / malformed model or an ``--out`` that cannot be written (one line naming the problem).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .chain import MarkovChain
-from .perturbation.channel_file import ChannelFileError, load_channel, save_channel
+from .perturbation.channel_file import ChannelFileError, ChannelWriteError, load_channel, save_channel
 from .perturbation.designers import DESIGNERS, KINDS, design
 from .perturbation.metrics import channel_metrics, metrics_json
 from .perturbation.model import Joint, ModelInputError, PerturbationChannel
@@ -40,9 +41,12 @@ class MechanismArgError(ValueError):
     """Bad arguments or model: reported by ``streamguard``'s main as one line, exit status 2."""
 
 
-def _model(args: argparse.Namespace) -> Joint:
-    if (args.joint is None) == (args.prior is None):
-        raise MechanismArgError("give exactly one of --joint FILE.json and --prior \"[...]\"")
+def _model(args: argparse.Namespace) -> Joint | None:
+    """The model of ``--joint`` or ``--prior`` (at most one may be given); None when neither is."""
+    if args.joint is not None and args.prior is not None:
+        raise MechanismArgError("give only one of --joint FILE.json and --prior \"[...]\"")
+    if args.joint is None and args.prior is None:
+        return None
     try:
         if args.joint is not None:
             try:
@@ -163,6 +167,8 @@ def _print(channel: PerturbationChannel, joint: Joint, report: VerifyReport, arg
 
 def cmd_design(args: argparse.Namespace) -> int:
     joint = _model(args)
+    if joint is None:
+        raise MechanismArgError("give one of --joint FILE.json and --prior \"[...]\"")
     if not (math.isfinite(args.epsilon) and args.epsilon >= 0):
         raise MechanismArgError("--epsilon must be a finite number ≥ 0")
     channel = design(args.kind, joint, args.epsilon, lam=args.lam, measure=args.measure, alpha=args.alpha,
@@ -173,16 +179,19 @@ def cmd_design(args: argparse.Namespace) -> int:
             save_channel(args.out, channel, joint)
     except ClaimViolation as exc:
         return _refused(exc)
+    except ChannelWriteError as exc:
+        raise MechanismArgError(f"--out {args.out}: {exc.reason}") from None
     _print(channel, joint, report, args, {"saved": str(args.out)} if args.out else {})
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    joint = _model(args)
+    given = _model(args)
     if not Path(args.file).is_file():
         raise MechanismArgError(f"{args.file}: no such file")
     try:
         channel, stored = load_channel(args.file)
+        joint = stored if given is None else given
         report = verify(channel, joint)
     except (ClaimViolation, ChannelFileError) as exc:
         return _refused(exc)
@@ -217,8 +226,10 @@ def register(subparsers: Any) -> None:
                               "and check saved channels. Leakages are in nats.")
     sub = p.add_subparsers(dest="mechanism_command", required=True)
     model = argparse.ArgumentParser(add_help=False)
-    model.add_argument("--joint", metavar="FILE.json", help='the joint law: {"joint": [[P(s, x) ...] per s]}')
-    model.add_argument("--prior", help='a prior P(x) as JSON (S = X), e.g. "[0.5, 0.3, 0.2]"')
+    model.add_argument("--joint", metavar="FILE.json", help='the joint law: {"joint": [[P(s, x) ...] per s]}; '
+                       "design needs it or --prior, check defaults to the model stored in the file")
+    model.add_argument("--prior", help='a prior P(x) as JSON (S = X), e.g. "[0.5, 0.3, 0.2]"; '
+                       "design needs it or --joint, check defaults to the model stored in the file")
     model.add_argument("--chain", help='also print the stream leakage under this Markov chain of X, '
                        'e.g. "[[0.9, 0.1], [0.2, 0.8]]" (stationary start)')
     model.add_argument("--json", action="store_true", help="print one JSON object")
@@ -232,11 +243,12 @@ def register(subparsers: Any) -> None:
     d.add_argument("--measure", choices=_MEASURES, help="privacy measure (kinds watchdog*, linear*)")
     d.add_argument("--alpha", type=float, help="α of the alpha-lift measures (> 1)")
     d.add_argument("--cost", choices=("tv", "abs", "squared"), help="utility cost of the linear LP kinds")
-    d.add_argument("--out", metavar="CHANNEL.json", help="save the verified channel")
+    d.add_argument("--out", metavar="CHANNEL.json", help="save the verified channel (sealed with a digest)")
     d.set_defaults(func=_guard(cmd_design))
 
     c = sub.add_parser("check", parents=[model], help="verify a saved channel's claims under a model",
-                       description="Load CHANNEL.json (refused if malformed, edited, or failing under its "
-                       "stored model) and check every claim exactly under the given model.")
+                       description="Load CHANNEL.json (refused if malformed, edited — its digest must match — "
+                       "or failing under its stored model) and check every claim exactly under the model "
+                       "given by --joint or --prior, or under the stored model when neither is given.")
     c.add_argument("file", metavar="CHANNEL.json")
     c.set_defaults(func=_guard(cmd_check))

@@ -12,7 +12,15 @@ import pytest
 
 from streamguard.cli import main
 from streamguard.perturbation import Claim, Joint, PerturbationChannel
-from streamguard.perturbation.channel_file import ChannelFileError, load_channel, read_document, save_channel
+from streamguard.perturbation.channel_file import (
+    FILE_KINDS,
+    ChannelFileError,
+    ChannelWriteError,
+    document_digest,
+    load_channel,
+    read_document,
+    save_channel,
+)
 from streamguard.perturbation.designers import DESIGNERS, KINDS
 from streamguard.perturbation.verify import ClaimViolation
 
@@ -93,8 +101,8 @@ def test_malformed_joint_exit_2(joint, match, tmp_path, capsys):
 @pytest.mark.parametrize("argv, match", [
     (["--joint", "/nonexistent/j.json"], "No such file"),
     (["--prior", "[0.5, 0.5"], "not valid JSON"),
-    (["--prior", "[0.5, 0.5]", "--joint", "x.json"], "exactly one of"),
-    ([], "exactly one of"),
+    (["--prior", "[0.5, 0.5]", "--joint", "x.json"], "give only one of"),
+    ([], "give one of --joint"),
     (["--prior", "[0.5, 0.5]", "--lambda", "0.3"], "lambda does not apply"),
     (["--prior", "[0.5, 0.5]", "--chain", "[[1.2, -0.2], [0.5, 0.5]]"], "--chain"),
 ])
@@ -130,10 +138,113 @@ def test_round_trip_and_check(saved, joint_file, capsys):
     assert code == 0 and "model: as stored in the file" in out
 
 
-def _tamper(path, edit):
+def _tamper(path, edit, *, reseal):
+    """Edit the saved document; ``reseal`` recomputes its digest, as a deliberate rewrite could, so
+    the checks behind the digest are reached."""
     doc = json.loads(path.read_text())
     edit(doc)
+    if reseal:
+        doc["digest"] = document_digest(doc)
     path.write_text(json.dumps(doc))
+
+
+def _set_kind(doc, kind):
+    doc["channel"]["kind"] = kind
+
+
+def test_check_without_a_model_uses_the_stored_one(saved, capsys):
+    code, out, err = _run(capsys, "mechanism", "check", str(saved))
+    assert code == 0, err
+    assert "model: as stored in the file" in out and "VIOLATED" not in out
+    code, out, _ = _run(capsys, "mechanism", "check", str(saved), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["verified"] is True and doc["model"] == "as stored in the file"
+
+
+def test_check_without_a_model_still_refuses_an_edited_file(saved, capsys):
+    _tamper(saved, lambda d: d["channel"]["claims"][0]["params"].update(eps_u=0.1), reseal=True)
+    code, _, err = _run(capsys, "mechanism", "check", str(saved))
+    assert code == 1 and err.startswith("streamguard: refused:") and "max-lift" in err
+
+
+def test_check_with_both_models_is_an_argument_error(saved, joint_file, capsys):
+    code, out, err = _run(capsys, "mechanism", "check", str(saved), "--joint", joint_file, "--prior", PRIOR)
+    assert code == 2 and out == "" and "give only one of --joint" in err
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: _set_kind(d, "bogus"),                                      # the new-user trial
+    lambda d: _set_kind(d, "watchdog"),                                   # another real kind
+    lambda d: d["channel"]["params"].update(epsilon=0.01),                 # a design input
+    lambda d: d["channel"]["params"].update(note="x"),
+    lambda d: d["model"].update(joint=[[0.2, 0.15, 0.1, 0.05], [0.05, 0.1, 0.2, 0.15]]),
+    lambda d: d["metrics"].update(ldp_s=0.001),
+    lambda d: d.update(extra=1),
+    lambda d: d.update(digest="sha256:" + "0" * 64),
+    lambda d: d.pop("digest"),
+])
+def test_any_edit_breaks_the_digest(saved, joint_file, edit, capsys):
+    _tamper(saved, edit, reseal=False)
+    with pytest.raises(ChannelFileError, match="digest mismatch: the file was edited"):
+        load_channel(saved)
+    for model in ([], ["--joint", joint_file]):
+        code, out, err = _run(capsys, "mechanism", "check", str(saved), *model)
+        assert code == 1 and out == ""
+        assert err.startswith("streamguard: refused:") and "digest mismatch: the file was edited" in err
+        assert err.count("\n") == 1
+
+
+def test_an_rr_channel_with_edited_params_is_refused(tmp_path, capsys):
+    """The new-user trial: "epsilon": 0.01 written into an rr channel's params was accepted."""
+    path = tmp_path / "rr.json"
+    assert main(["mechanism", "design", "--kind", "rr", "--prior", "[0.5, 0.5]", "--epsilon", "1",
+                 "--out", str(path)]) == 0
+    capsys.readouterr()
+    _tamper(path, lambda d: d["channel"]["params"].update(epsilon=0.01), reseal=False)
+    code, _, err = _run(capsys, "mechanism", "check", str(path), "--prior", "[0.5, 0.5]")
+    assert code == 1 and "digest mismatch" in err
+
+
+def test_reformatting_keeps_the_digest(saved):
+    """The digest is over canonical JSON: indentation and key order do not matter, values do."""
+    doc = json.loads(saved.read_text())
+    reordered = {k: doc[k] for k in reversed(list(doc))}
+    saved.write_text(json.dumps(reordered, indent=4))
+    channel, _ = load_channel(saved)
+    assert channel.kind == "watchdog-subset"
+
+
+def test_unknown_kind_refused_even_when_resealed(saved, capsys):
+    _tamper(saved, lambda d: _set_kind(d, "bogus"), reseal=True)
+    with pytest.raises(ChannelFileError, match=r"channel\.kind: unknown kind 'bogus'"):
+        load_channel(saved)
+    code, _, err = _run(capsys, "mechanism", "check", str(saved))
+    assert code == 1 and "unknown kind 'bogus'" in err
+
+
+def test_file_kinds_are_the_kinds_designers_make():
+    assert set(FILE_KINDS) == set(KINDS) | {"direct-eps"}
+
+
+def test_save_refuses_an_unknown_kind(tmp_path):
+    joint = Joint(np.array(JOINT_A))
+    ch = PerturbationChannel("bogus", np.full((4, 4), 0.25), "x", 2, 4, (0, 1, 2, 3),
+                             (Claim("ldp_s", {"epsilon": 1.0}),))
+    with pytest.raises(ChannelFileError, match="unknown kind 'bogus'"):
+        save_channel(tmp_path / "x.json", ch, joint)
+    assert not list(tmp_path.iterdir())
+
+
+def test_direct_eps_channel_round_trips(tmp_path):
+    """"direct-eps" is made only by linear_reduction.direct_eps_lp (not the registry); its files load."""
+    from streamguard.perturbation.linear_reduction import direct_eps_lp
+
+    joint = Joint(np.array(JOINT_A))
+    ch = direct_eps_lp(joint, 1.0)
+    save_channel(tmp_path / "d.json", ch, joint)
+    loaded, stored = load_channel(tmp_path / "d.json")
+    assert loaded.kind == "direct-eps" and loaded.matrix.tolist() == ch.matrix.tolist()
+    assert np.array_equal(stored.p, joint.p)
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -144,14 +255,16 @@ def _tamper(path, edit):
     (lambda d: d["channel"].update(channel=[[1, 0, 0, 0]] + d["channel"]["channel"][1:]), "matrix of numbers"),
     (lambda d: d["channel"]["claims"][0]["params"].update(eps_l=0.01), r"min-lift.*VIOLATED"),
     (lambda d: d["metrics"].update(ldp_s=0.001), "metrics: stored ldp_s"),
-    (lambda d: d.update(version=2), "unsupported version 2"),
+    (lambda d: d.update(version=1), "unsupported version 1"),  # version 1 had no digest
+    (lambda d: d.update(version=3), "unsupported version 3"),
     (lambda d: d["channel"].update(claims=[]), "states no claim"),
     (lambda d: d["channel"].update(channel=[[0.5, 0.6, 0]] + d["channel"]["channel"][1:]), "row 0 sums to 1.1"),
     (lambda d: d["channel"].update(outputs=[7] + d["channel"]["outputs"][1:]), "symbols are states"),
     (lambda d: d.update(model={"joint": [[0.5, 0.5]]}), r"\|X\|"),
 ])
 def test_tampered_file_refused(saved, joint_file, edit, match, capsys):
-    _tamper(saved, edit)
+    """Behind the digest, every field is still checked: a resealed edit is refused by name."""
+    _tamper(saved, edit, reseal=True)
     with pytest.raises((ClaimViolation, ChannelFileError), match=match):
         load_channel(saved)
     code, _, err = _run(capsys, "mechanism", "check", str(saved), "--joint", joint_file)
@@ -159,7 +272,7 @@ def test_tampered_file_refused(saved, joint_file, edit, match, capsys):
 
 
 def test_tampered_claim_exit_1(saved, joint_file, capsys):
-    _tamper(saved, lambda d: d["channel"]["claims"][0]["params"].update(eps_u=0.1))
+    _tamper(saved, lambda d: d["channel"]["claims"][0]["params"].update(eps_u=0.1), reseal=True)
     code, _, err = _run(capsys, "mechanism", "check", str(saved), "--joint", joint_file)
     assert code == 1 and err.startswith("streamguard: refused:") and "max-lift" in err and "output y=" in err
 
@@ -187,7 +300,7 @@ def test_check_missing_or_invalid_file(tmp_path, joint_file, capsys):
 
 def test_save_refuses_a_violating_channel(tmp_path):
     joint = Joint(np.array(JOINT_A))
-    ch = PerturbationChannel("test", np.eye(4), "x", 2, 4, (0, 1, 2, 3), (Claim("ldp_s", {"epsilon": 1.0}),))
+    ch = PerturbationChannel("linear", np.eye(4), "x", 2, 4, (0, 1, 2, 3), (Claim("ldp_s", {"epsilon": 1.0}),))
     with pytest.raises(ClaimViolation, match=r"ldp_s\(epsilon=1\).*VIOLATED.*realised 1\.386"):
         save_channel(tmp_path / "x.json", ch, joint)
     assert not (tmp_path / "x.json").exists()
@@ -198,3 +311,42 @@ def test_document_reads_back_bit_for_bit(saved):
     channel, _ = read_document(doc)
     assert channel.matrix.tolist() == doc["channel"]["channel"]
     assert doc["metrics"]["ldp_x"] == "inf" and math.isfinite(doc["metrics"]["ldp_s"])
+
+
+@pytest.mark.parametrize("prior, match", [
+    ("[0.5, 0.6]", r"prior: entries sum to 1\.1, not 1"),
+    ("[0.5, -0.1, 0.6]", "prior: has negative entries"),
+    ("[NaN, 0.5]", "prior: contains NaN or infinity"),
+    ("[1, 0]", r"prior: P\(x=1\) is 0"),
+])
+def test_bad_prior_is_named_as_the_prior(prior, match, capsys):
+    code, out, err = _run(capsys, "mechanism", "design", "--kind", "rr", "--prior", prior, "--epsilon", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert re.search(match, err) and "joint" not in err
+
+
+def test_out_in_a_missing_directory_names_the_path(tmp_path, capsys):
+    target = tmp_path / "nonexistent" / "x.json"
+    code, out, err = _run(capsys, "mechanism", "design", "--kind", "rr", "--prior", "[0.5, 0.5]", "--epsilon", "1",
+                          "--out", str(target))
+    assert code == 2 and out == ""
+    assert err == f"streamguard: error: --out {target}: directory does not exist\n"
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_out_onto_a_directory_leaves_no_temporary_file(tmp_path, capsys):
+    target = tmp_path / "d"
+    target.mkdir()
+    code, _, err = _run(capsys, "mechanism", "design", "--kind", "rr", "--prior", "[0.5, 0.5]", "--epsilon", "1",
+                        "--out", str(target))
+    assert code == 2 and err.startswith(f"streamguard: error: --out {target}: ") and ".d." not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["d"] and not list(target.iterdir())
+
+
+def test_save_channel_write_error_names_path_and_reason(tmp_path):
+    joint = Joint.from_prior([0.5, 0.5])
+    from streamguard.perturbation.designers import design
+
+    with pytest.raises(ChannelWriteError) as info:
+        save_channel(tmp_path / "missing" / "x.json", design("rr", joint, 1.0), joint)
+    assert info.value.reason == "directory does not exist" and info.value.path == str(tmp_path / "missing" / "x.json")
