@@ -6,9 +6,13 @@
   description plus the declared figures (stdout, or ``FILE``).
 * ``streamguard ledger check FILE.json`` — recompute every guarantee from the exported events
   alone; exit 1 and name each discrepancy (an under-count first of all), exit 0 if there is none.
+  An export that cannot be re-checked because it is malformed or was tampered with (an event that
+  no longer validates, a missing part) fails the check too: exit 1, one line ``malformed: …``
+  naming the event and the problem.
 
-Bad arguments or an unreadable ledger or file: one line on stderr, exit status 2. Positions are
-the streams' 0-based record positions (the published ``seq``).
+Bad arguments or an unreadable ledger or file (missing, not JSON, not a ledger export at all): one
+line on stderr, exit status 2. Positions are the streams' 0-based record positions (the published
+``seq``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from .ledger.events import NAME
 from .ledger.odometer import odometer
 from .ledger.recheck import RecheckError, recheck
 from .ledger.store import Ledger, LedgerError
+
+
+#: The ``format`` of :meth:`Ledger.export`: a JSON file without it is not an export (exit 2), one
+#: with it is checked (exit 1 if it does not re-check).
+_EXPORT_FORMAT = "streamguard-ledger"
 
 
 class _Fail(Exception):
@@ -135,10 +144,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise _Fail(f"{args.file}: {exc.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise _Fail(f"{args.file}: not valid JSON") from None
+    if not isinstance(doc, dict) or doc.get("format") != _EXPORT_FORMAT:
+        raise _Fail(f"{args.file}: not a streamguard ledger export (no \"format\": \"{_EXPORT_FORMAT}\")")
     try:
         report = recheck(doc)
-    except RecheckError as exc:
-        raise _Fail(f"{args.file}: {exc}") from None
+    except RecheckError as exc:  # malformed or tampered: the check fails
+        print(f"malformed: {exc}")
+        return 1
     order = {"under-count": 0, "release-claim": 1, "budget": 2}
     for d in sorted(report["discrepancies"], key=lambda d: order.get(d["kind"], 3)):
         print(f"{d['kind']}: {d['where']}: {d['detail']}")
@@ -175,6 +187,7 @@ def register(subparsers: Any) -> None:
     e.add_argument("--json", action="store_true", help="export as JSON (required)")
     e.add_argument("--out", type=Path, help="write to FILE instead of stdout")
     e.set_defaults(func=_guard(cmd_export))
-    c = sub.add_parser("check", help="recompute every guarantee of an export; exit 1 on a discrepancy")
+    c = sub.add_parser("check", help="recompute every guarantee of an export; exit 1 on a discrepancy "
+                       "or a malformed / tampered export")
     c.add_argument("file", metavar="FILE.json", help="an export of `streamguard ledger export --json`")
     c.set_defaults(func=_guard(cmd_check))

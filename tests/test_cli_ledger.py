@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,36 @@ def test_check_names_an_under_count(capsys: pytest.CaptureFixture[str], db: Path
                                    "recomputed 0.9 > declared 0.5")
 
 
+def _edited_export(capsys: pytest.CaptureFixture[str], db: Path, tmp_path: Path, edit: Any) -> Path:
+    out_file = tmp_path / "export.json"
+    run(capsys, "export", "--db", str(db), "--json", "--out", str(out_file))
+    doc = json.loads(out_file.read_text())
+    edit(doc)
+    out_file.write_text(json.dumps(doc))
+    return out_file
+
+
+def _first_aggregate(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(row for row in doc["events"] if row["event"]["family"] == "aggregate")
+
+
+@pytest.mark.parametrize("edit, line", [
+    # the new-user trial: σ no longer β / L, so the event does not validate
+    (lambda d: _first_aggregate(d)["event"].update(sigma=_first_aggregate(d)["event"]["sigma"] / 2),
+     "malformed: event 1: beta: must equal lipschitz·sigma"),
+    (lambda d: d["events"][2].update(id="3"), "malformed: events[2]: expected an object with an integer id"),
+    (lambda d: d.pop("events"), "malformed: events: missing or not a JSON list"),
+    (lambda d: d.update(version=99), "malformed: export version 99; this code reads version"),
+])
+def test_malformed_or_tampered_export_fails_the_check(capsys: pytest.CaptureFixture[str], db: Path,
+                                                      tmp_path: Path, edit: Any, line: str) -> None:
+    """A document that claims to be an export but cannot be re-checked is a failed check (exit 1),
+    not a bad argument (exit 2): one line naming the event and the problem."""
+    code, out, err = run(capsys, "check", str(_edited_export(capsys, db, tmp_path, edit)))
+    assert code == 1 and not err
+    assert len(out.splitlines()) == 1 and out.startswith(line)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["show", "--db", "/nonexistent/ledger.sqlite"], "no such file"),
     (["show", "--db", "{db}", "--stream", "nope"], "--stream nope: no such stream"),
@@ -97,13 +128,15 @@ def test_check_names_an_under_count(capsys: pytest.CaptureFixture[str], db: Path
     (["export", "--db", "{db}"], "--json is required"),
     (["check", "{bad}"], "not valid JSON"),
     (["check", "{other}"], "not a streamguard ledger export"),
+    (["check", "{missing}"], "No such file"),
     (["show", "--db", "{other}"], "not a readable ledger"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], db: Path, tmp_path: Path,
                                             argv: list[str], message: str) -> None:
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "other.json").write_text(json.dumps({"format": "something else"}))
-    argv = [a.format(db=db, bad=tmp_path / "bad.json", other=tmp_path / "other.json") for a in argv]
+    argv = [a.format(db=db, bad=tmp_path / "bad.json", other=tmp_path / "other.json",
+                     missing=tmp_path / "missing.json") for a in argv]
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and message in err
