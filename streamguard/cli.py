@@ -458,8 +458,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamguard",
-        description="Privatize correlated sensor streams: plan 3R redaction and audit exact leakage "
-        "under a Markov model (positions are 1-based).",
+        description="Privatize correlated sensor streams under a Markov model: 3R redaction plans and "
+        "their exact audit, Markov Quilt noisy aggregates, per-record perturbation channels, the "
+        "privacy ledger, and the daemon. Positions are 1-based in plan, audit and mqm (as in the "
+        "papers) and 0-based in the daemon and its ledger.",
     )
     parser.add_argument("--version", action="version", version=f"streamguard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
