@@ -145,6 +145,8 @@ def _brute(plan: RedactionPlan) -> dict[int, float]:
 def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
     if args.baseline != "none" or args.brute or args.plot:
         raise CliError("--stream plans 3R only (no --baseline, --brute or --plot)")
+    if args.n is not None or args.private:
+        raise CliError("--stream plans by distance to any private position: no --n or --private")
     sp = plan_stream(chain, args.epsilon, design=args.design, split=args.split, threshold=args.threshold)
     lk = sp.leakage()
     table = sp.table()
@@ -161,8 +163,17 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
     print(f"3R stream plan — binary chain α={chain.alpha:g}, β={chain.beta:g}, ε={sp.epsilon:g} nats, "
           f"design={sp.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
     print(f"\n{'t − p':>8}  Pr(⊥|X=0)  Pr(⊥|X=1)")
-    for d, row in zip(sp.offsets(), table):
-        print(f"{int(d):>+8}  {row[0]:9.6f}  {row[1]:9.6f}")
+    offsets = sp.offsets()
+    start = 0
+    for end in range(1, len(table) + 1):  # runs of identical rows are shown by their two ends
+        if end < len(table) and np.array_equal(table[end], table[start]):
+            continue
+        run = end - start
+        for i in ([start, end - 1] if run > 2 else range(start, end)):
+            print(f"{int(offsets[i]):>+8}  {table[i][0]:9.6f}  {table[i][1]:9.6f}")
+            if i == start and run > 2:
+                print(f"{'⋮':>8}  ({run - 2} more rows equal to the rows around them)")
+        start = end
     print(f"\nhorizons: left {sp.left_horizon} (release delay), right {sp.right_horizon}; farther records are released")
     print(f"exact leakage in an unbounded stream: {lk.total:.9f} nats (left {lk.left:.6g}, right {lk.right:.6g})")
     return 0

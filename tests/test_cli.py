@@ -156,3 +156,12 @@ def test_config_check_takes_several_files_and_refuses_before_saying_valid(capsys
     bad.write_text((examples / "aggregates-and-channels.toml").read_text().replace('kind = "rr-prior"\n', 'file = "nope.json"\n'))
     rc, out, err = run(capsys, "config", "check", str(bad))
     assert rc == 2 and "valid" not in out and "nope.json" in err
+
+
+def test_stream_plan_text_collapses_runs_and_refuses_finite_plan_options(capsys):
+    rc, out, _ = run(capsys, "plan", "--alpha", "0.02", "--beta", "0.03", "--epsilon", "0.5", "--stream")
+    rows = [ln for ln in out.splitlines() if ln.strip()[:1] in "+-"]
+    assert rc == 0 and "(73 more rows equal" in out and len(rows) == 6
+    assert rows[0].split()[0] == "-44" and rows[-1].split()[0] == "+44"
+    rc, _, err = run(capsys, "plan", "--alpha", "0.02", "--beta", "0.03", "--epsilon", "0.5", "--stream", "--n", "9")
+    assert rc == 2 and "no --n or --private" in err
