@@ -160,7 +160,7 @@ def test_config_check_takes_several_files_and_refuses_before_saying_valid(capsys
 
 def test_stream_plan_text_collapses_runs_and_refuses_finite_plan_options(capsys):
     rc, out, _ = run(capsys, "plan", "--alpha", "0.02", "--beta", "0.03", "--epsilon", "0.5", "--stream")
-    rows = [ln for ln in out.splitlines() if ln.strip()[:1] in "+-"]
+    rows = [ln for ln in out.splitlines() if ln.split() and ln.split()[0].lstrip("+-").isdigit()]
     assert rc == 0 and "(73 more rows equal" in out and len(rows) == 6
     assert rows[0].split()[0] == "-44" and rows[-1].split()[0] == "+44"
     rc, _, err = run(capsys, "plan", "--alpha", "0.02", "--beta", "0.03", "--epsilon", "0.5", "--stream", "--n", "9")
