@@ -95,20 +95,34 @@ def _period(P: NDArray[np.float64]) -> int:
 
 
 def stationary_distribution(P: NDArray[np.float64]) -> NDArray[np.float64]:
-    """The unique stationary law π = πP of an irreducible, aperiodic chain.
+    """The unique stationary law π = πP of an irreducible chain.
 
-    Binary chains use the closed form π = (β, α)/(α+β); larger ones solve the linear system
-    (Pᵀ − I)π = 0 with Σπ = 1 by least squares and clip round-off.
+    Binary chains use the closed form π = (β, α)/(α+β). Larger ones use the
+    Grassmann–Taksar–Heyman elimination (state reduction): it uses no subtraction, so every entry
+    of π is accurate to a few ulps *relative* to itself, however rare the state. A least-squares
+    solve of (Pᵀ − I)π = 0 is only accurate in absolute terms (≈1e−16): a state with π ≈ 1e−15 came
+    out off by tens of per cent, and the quilt mechanism's ``stat`` normaliser log π(t)/π(s) then
+    under-stated the max-influence (found by review; tests/test_quilt_influence.py).
+
+    GTH: for n = k−1 … 1, with S = Σ_{j<n} P[n, j] (> 0 for an irreducible chain), censor state n:
+    P[i, n] /= S and P[i, j] += P[i, n]·P[n, j] for i, j < n; then π_0 = 1, π_n = Σ_{i<n} π_i P[i, n],
+    normalised. A reducible chain (some S = 0) has no unique law: :class:`ModelError`.
     """
     k = P.shape[0]
     if k == 2:
         a, b = P[0, 1], P[1, 0]
         return np.array([b / (a + b), a / (a + b)])
-    A = np.vstack([P.T - np.eye(k), np.ones((1, k))])
-    rhs = np.zeros(k + 1)
-    rhs[-1] = 1.0
-    pi, *_ = np.linalg.lstsq(A, rhs, rcond=None)
-    pi = np.clip(pi, 0.0, None)
+    A = np.array(P, dtype=np.float64, copy=True)
+    for n in range(k - 1, 0, -1):
+        S = A[n, :n].sum()
+        if not S > 0:
+            raise ModelError("transition matrix: chain is reducible (no unique stationary distribution)")
+        A[:n, n] /= S
+        A[:n, :n] += np.outer(A[:n, n], A[n, :n])
+    pi = np.zeros(k)
+    pi[0] = 1.0
+    for n in range(1, k):
+        pi[n] = pi[:n] @ A[:n, n]
     return pi / pi.sum()
 
 

@@ -316,7 +316,10 @@ class QuiltAccountant:
                     bad = mid
         if good <= 0.0:
             raise ValueError(f"no positive load on [{lo}, {hi}] keeps eps_max within {budget}")
-        return L / good
+        beta = L / good
+        while self._max_with(lo, hi, L / beta) > budget:  # L/(L/x) may round one ulp above x
+            beta = math.nextafter(beta, math.inf)
+        return beta
 
     # -- persistence ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

@@ -245,7 +245,10 @@ def _bounded_inf_supq(tab: ChainTables, eps: float) -> float | None:
     if tab.unbounded_reason is not None:
         return None
     sup_tab = tab if tab.mode == "supq" else ChainTables(tab.chain, "supq")
-    return _sigma_inf_theta(sup_tab, eps).sigma
+    try:
+        return _sigma_inf_theta(sup_tab, eps).sigma
+    except ModelError:  # too slowly mixing to bound within the table limit: prune without it
+        return None
 
 
 # -------------------------------------------------------------------------------- public API
