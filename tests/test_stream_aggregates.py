@@ -54,3 +54,20 @@ def test_windows_follow_positions_and_the_scale_is_sigma_inf_with_margin():
     assert [list(r.values) for r in rels] == [[2, 2], [2, 2], [1, 0]]
     want = sigma_inf(QuiltModel([MarkovChain.binary(0.1, 0.2)], "stat"), EPS).sigma * (1 + SIGMA_MARGIN)
     assert all(r.sigma == want and r.t_independent and r.deterministic for r in rels)
+
+
+def test_a_pair_the_joint_rules_out_is_rejected_not_sampled(tmp_path):
+    """A non-Markov channel's row for an (s, x) with P(s, x) = 0 is never checked against the
+    claims (a hand-made channel could release anything there): such a frame is rejected by name."""
+    (tmp_path / "joint.json").write_text(json.dumps({"joint": [[0.5, 0.0], [0.25, 0.25]]}))
+    s = Settings(device="d", deterministic_seed=1, outbox={"path": "unused.sqlite"},
+                 streams=[{"name": "s", "labels": ["a", "b"], "source": "stdin", "mechanism": "channel",
+                           "model": {"alpha": 0.1, "beta": 0.2},
+                           "channel": {"kind": "linear-nonmarkov", "epsilon": 0.5, "joint": str(tmp_path / "joint.json"),
+                                       "sensitive_field": "who", "sensitive_labels": ["x", "y"]}}])
+    rt = make_runtime(s, s.streams[0], SeededSource(1))
+    out, rej = rt.on_frame(b'{"value": "b", "who": "x", "ts": 1.79e9}', now=1.79e9)
+    assert out == [] and rej is not None and rej.reason == "outside-model" and "'b'" not in rej.message
+    out, rej = rt.on_frame(b'{"value": "b", "who": "y", "ts": 1.79e9}', now=1.79e9)
+    assert rej is None and len(out) == 1 and out[0].seq == 0
+    assert rt.counters.accepted == 1 and rt.counters.rejected == {"outside-model": 1}

@@ -136,6 +136,11 @@ class ChannelRuntime(StreamRuntime):
         rec = self._parse(data, now)
         phys = self.next_phys
         self.next_phys += 1
+        if not isinstance(rec, Rejection) and rec.sensitive is not None and self.joint.p[rec.sensitive, rec.state] == 0:
+            # the joint says this (s, x) cannot happen: the channel's row for it was never checked
+            # against the claims (a hand-made channel may release anything there) — fail closed
+            rec = self._reject("outside-model", "fields 'value' and the sensitive attribute form a pair the "
+                                                "model gives probability 0")
         if isinstance(rec, Rejection):
             self._observe(phys, None)
             return [], rec

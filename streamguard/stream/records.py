@@ -36,6 +36,7 @@ REASONS = (
     "ts-out-of-order",
     "bad-private",
     "missing-sensitive",
+    "outside-model",
 )
 
 

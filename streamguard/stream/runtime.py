@@ -124,13 +124,21 @@ class StreamRuntime(abc.ABC):
     def _parse(self, data: bytes, now: float) -> RawRecord | Rejection:
         rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts, sensitive=self._sensitive())
         if isinstance(rec, Rejection):
-            n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
-            if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
-                log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
-            return rec
+            return self._count_rejection(rec)
         self._last_ts = rec.ts
         self.counters.accepted += 1
         return rec
+
+    def _count_rejection(self, rec: Rejection) -> Rejection:
+        n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
+        if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
+            log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
+        return rec
+
+    def _reject(self, reason: str, message: str) -> Rejection:
+        """Reject a frame that parsed but cannot be privatized (it was counted as accepted)."""
+        self.counters.accepted -= 1
+        return self._count_rejection(Rejection(reason, message))
 
     def _sensitive(self) -> SensitiveField | None:
         return None
