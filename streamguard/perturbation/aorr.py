@@ -27,7 +27,10 @@ Numerics (notes/003 §7): the polytope uses budgets tightened by :data:`.lift.DE
 dual simplex) also gets the merged point P_X/P(𝒳) as a column (it lies in Π, so the LP is always feasible;
 concavity means it never beats a vertex decomposition), its basic solution is polished by a least-squares
 solve on the basis, forward rows are renormalised, and the returned channel's ALIP claim (nominal budgets)
-is checked on its matrix. The optimal *value* is unique, the optimal matrix need not be.
+is verified exactly (:func:`.verify.require_designed`). The polytope's rows are written in lifts, P(s|x)/P_S(s)
+against e^{−ε_l}, e^{ε_u}, rather than P(s|x) against e^{±ε}·P_S(s): the same polytope, but a tiny P_S(s) no
+longer shrinks its constraint below the vertex tolerance. The optimal *value* is unique, the optimal matrix
+need not be.
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ from numpy.typing import NDArray
 from scipy.optimize import linprog
 from scipy.special import entr
 
-from .lift import require_claims, split_budget, tightened
+from .lift import split_budget, symbol_lifts, tightened
 from .model import Claim, DesignError, Joint, PerturbationChannel, Symbol
+from .verify import require_designed
 
 #: Feasibility slack when accepting a vertex candidate (against budgets already tightened by DESIGN_MARGIN).
 VERTEX_TOL = 1e-10
-#: |det| below which a k×k candidate system is treated as singular (entries are probabilities ≤ 1).
+#: |det| below which a k×k candidate system is treated as singular (a row of ones and rows of lifts).
 DET_TOL = 1e-13
 #: Supports solved per batch (bounds memory at ~|𝒮|²·CHUNK floats).
 CHUNK = 50_000
@@ -55,8 +59,10 @@ CHUNK = 50_000
 def polytope_vertices(b: NDArray[np.float64], lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:
     """Vertices of Π = {v ≥ 0, Σ v = 1, lo ≤ b·v ≤ hi}, one per row (M×n), deduplicated and sorted.
 
-    ``b`` is |𝒮|×n with columns P(·|x) (each summing to 1), ``lo`` < ``hi`` per s. Uses the support lemma
-    (module docstring); returns an empty (0×n) array when Π is empty."""
+    ``b`` is |𝒮|×n with columns P(·|x) (each summing to 1), or those rows scaled per s (the lifts
+    P(s|x)/P_S(s), with bounds scaled alike: some positive combination of the rows is still 1, which is
+    all the support lemma needs), ``lo`` < ``hi`` per s. Uses the support lemma (module docstring);
+    returns an empty (0×n) array when Π is empty."""
     n_s, n = b.shape
     sides_bounds = np.stack([lo, hi])  # [side, s]
     found: list[NDArray[np.float64]] = []
@@ -115,8 +121,9 @@ def optimal_randomisation(joint: Joint, members: Sequence[int], eps_l: float, ep
     """The MI-optimal ALIP randomisation of ``members`` (all of 𝒳: AORR; one subset: SRR's per-subset
     problem, eqs. 19–28) at budgets (ε_l, ε_u), already tightened by the caller."""
     idx = np.asarray(members, dtype=np.int64)
-    b = joint.s_given_x.T[:, idx]
-    bounds = np.exp(-eps_l) * joint.p_s, np.exp(eps_u) * joint.p_s
+    b = symbol_lifts(joint)[:, idx]  # row s of (25) divided by P_S(s): no underflow for a tiny P_S
+    ones = np.ones(joint.n_s)
+    bounds = np.exp(-eps_l) * ones, np.exp(eps_u) * ones
     target = joint.p_x[idx]
     vertices = polytope_vertices(b, *bounds)
     merged = target / target.sum()
@@ -142,10 +149,17 @@ def _polish(cols: NDArray[np.float64], target: NDArray[np.float64], beta: NDArra
     return out
 
 
-def forward_block(joint: Joint, rand: Randomisation) -> NDArray[np.float64]:
-    """P_{Y|X}(y_k|x) = β_k·v_k(x)/P_X(x) for x in the block's members (rows renormalised)."""
+def forward_block(joint: Joint, rand: Randomisation, kind: str) -> NDArray[np.float64]:
+    """P_{Y|X}(y_k|x) = β_k·v_k(x)/P_X(x) for x in the block's members (rows renormalised). Raises
+    :class:`DesignError` naming ``kind`` when a row underflows to 0 (P_X(x) near the float limit)."""
     block = rand.posteriors.T * rand.weights[None, :] / joint.p_x[list(rand.members)][:, None]
-    return block / block.sum(axis=1, keepdims=True)
+    sums = block.sum(axis=1, keepdims=True)
+    bad = np.flatnonzero(~(np.isfinite(sums[:, 0]) & (sums[:, 0] > 0)))
+    if bad.size:
+        x = rand.members[int(bad[0])]
+        raise DesignError(f"{kind}: row x={x} of the designed channel, β·v(x)/P_X(x), is not a distribution in "
+                          f"floating point (P_X(x) = {joint.p_x[x]:.3g}); refusing")
+    return block / sums
 
 
 def output_symbols(rand: Randomisation) -> list[Symbol]:
@@ -168,11 +182,10 @@ def ordered(rand: Randomisation) -> Randomisation:
 
 def aorr_channel(joint: Joint, epsilon: float, *, lam: float = 0.5) -> PerturbationChannel:
     """AORR (eq. 12): the MI-optimal (λε, (1−λ)ε)-ALIP channel (kind ``"aorr"``, rows by x). Outputs are
-    named by :func:`output_symbols`; the ALIP claim is checked on the matrix before return."""
+    named by :func:`output_symbols`; the ALIP claim is verified exactly before return."""
     eps_l, eps_u = split_budget(epsilon, lam)
     rand = ordered(optimal_randomisation(joint, range(joint.n_x), tightened(eps_l), tightened(eps_u)))
-    channel = PerturbationChannel("aorr", forward_block(joint, rand), "x", joint.n_s, joint.n_x,
+    channel = PerturbationChannel("aorr", forward_block(joint, rand, "aorr"), "x", joint.n_s, joint.n_x,
                                   tuple(output_symbols(rand)), (Claim("alip", {"eps_l": eps_l, "eps_u": eps_u}),),
                                   {"epsilon": float(epsilon), "lam": float(lam)})
-    require_claims(joint, channel)
-    return channel
+    return require_designed(channel, joint)

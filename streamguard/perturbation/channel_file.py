@@ -188,10 +188,15 @@ def _claim(v: Any) -> Claim:
     if not (isinstance(v, dict) and set(v) == {"notion", "params"} and isinstance(v["notion"], str)
             and isinstance(v["params"], dict)):
         raise ChannelFileError('channel.claims: each claim is {"notion": str, "params": {name: number}}')
+    params: dict[str, float] = {}
     for name, value in v["params"].items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ChannelFileError(f"channel.claims: {v['notion']}.{name} is not a number")
-    return Claim(v["notion"], {str(k): float(x) for k, x in v["params"].items()})
+        try:
+            params[str(name)] = float(value)
+        except OverflowError:
+            raise ChannelFileError(f"channel.claims: {v['notion']}.{name} is too large for a float") from None
+    return Claim(v["notion"], params)
 
 
 def _channel(doc: Any) -> PerturbationChannel:

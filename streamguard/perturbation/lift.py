@@ -36,6 +36,7 @@ overflow (notes/003 §7, numeric pitfalls).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from .model import Claim, DesignError, Joint, PerturbationChannel
+from .model import Claim, DesignError, Joint, PerturbationChannel, require_level
 
 #: Relative margin by which designers tighten every budget before designing (ε' = ε·(1 − margin)),
 #: so that round-off in the realised matrix cannot push a claim over its nominal budget (notes/003 §7).
@@ -56,8 +57,11 @@ Lifts = NDArray[np.float64]
 
 
 def symbol_lifts(joint: Joint) -> Lifts:
-    """l(s, x) = P(s|x)/P(s) for the identity release Y = X: shape |S|×|X|."""
-    return joint.p / (joint.p_s[:, None] * joint.p_x[None, :])
+    """l(s, x) = P(x|s)/P(x) for the identity release Y = X: shape |S|×|X|.
+
+    Every lift here is a conditional over a marginal, never P_SX/(P_S·P_X): that product of two small
+    probabilities can underflow (P_S = 1e−323 reads every lift as exactly 1)."""
+    return joint.x_given_s / joint.p_x[None, :]
 
 
 def group_lifts(joint: Joint, groups: Sequence[Sequence[int]]) -> Lifts:
@@ -68,7 +72,7 @@ def group_lifts(joint: Joint, groups: Sequence[Sequence[int]]) -> Lifts:
         idx = np.asarray(members, dtype=np.int64)
         if idx.size == 0:
             raise ValueError(f"group {j} is empty")
-        out[:, j] = p[:, idx].sum(axis=1) / (p_s * p_x[idx].sum())
+        out[:, j] = p[:, idx].sum(axis=1) / p_s / p_x[idx].sum()
     return out
 
 
@@ -85,10 +89,9 @@ def channel_lifts(joint: Joint, channel: PerturbationChannel | ArrayLike) -> tup
         if matrix.ndim != 2 or matrix.shape[0] != joint.n_x:
             raise ValueError(f"channel matrix must have {joint.n_x} rows (one per x), got shape {matrix.shape}")
         y_given_s = joint.x_given_s @ matrix
-    p_sy = joint.p_s[:, None] * y_given_s
-    p_y = p_sy.sum(axis=0)
+    p_y = joint.p_s @ y_given_s
     used = np.flatnonzero(p_y > 0)
-    return p_sy[:, used] / (joint.p_s[:, None] * p_y[used][None, :]), used
+    return y_given_s[:, used] / p_y[used][None, :], used
 
 
 def min_lift(lifts: Lifts) -> NDArray[np.float64]:
@@ -263,16 +266,6 @@ def check_ldp_s(joint: Joint, channel: PerturbationChannel | ArrayLike, epsilon:
     return check_claim(joint, channel, Claim("ldp_s", {"epsilon": epsilon}))
 
 
-def require_claims(joint: Joint, channel: PerturbationChannel) -> None:
-    """Fail closed: raise DesignError naming the worst violation if any lift claim of ``channel``
-    does not hold on its matrix. Every designer of paper 003 calls this before returning."""
-    for claim in channel.claims:
-        violation = check_claim(joint, channel, claim)
-        if violation is not None:
-            raise DesignError(f"{channel.kind}: designed channel breaks its own claim ({violation}); "
-                              "refusing to return it")
-
-
 # ------------------------------------------------------------------------------------------ budgets
 
 
@@ -280,15 +273,19 @@ def positive_number(value: object, name: str) -> float:
     """``value`` as a finite float > 0; raises DesignError naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise DesignError(f"{name} must be a number, got {type(value).__name__}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
     if not (np.isfinite(number) and number > 0):
         raise DesignError(f"{name} must be finite and > 0, got {number!r}")
     return number
 
 
 def split_budget(epsilon: float, lam: float) -> tuple[float, float]:
-    """(ε_l, ε_u) = (λε, (1−λ)ε) (notes/003 §1, budget split); ε > 0 finite, λ ∈ (0, 1)."""
-    epsilon = positive_number(epsilon, "epsilon")
+    """(ε_l, ε_u) = (λε, (1−λ)ε) (notes/003 §1, budget split); ε ∈ (0, :data:`.model.MAX_LEVEL`],
+    λ ∈ (0, 1)."""
+    epsilon = require_level(positive_number(epsilon, "epsilon"))
     lam = positive_number(lam, "lam")
     if lam >= 1:
         raise DesignError(f"lam must lie in (0, 1), got {lam!r}")

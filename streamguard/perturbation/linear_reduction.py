@@ -20,8 +20,10 @@ Every designer re-evaluates the leakage on the *realised* channel (P_{Y|S} = P_{
 Σ_x P(x|s)·K[(s,x)]) and never returns a channel whose claim fails: it designs for ε − margin
 and, if the realised kernel still misses ε by float error, tightens the margin and re-solves
 (notes/004 §7 "Numeric pitfalls"). The float check keeps slacks that bound the rounding error of
-those non-negative sums and the sampler's 2⁻⁶³ quantisation, so the claim also holds in exact
-arithmetic, on the stored channel and on the one ``perturbation.sampler`` realises.
+those non-negative sums and the sampler's 2⁻⁶³ quantisation; a candidate is accepted only if the
+exact verifier (:func:`.verify.verify`) then confirms every claim, on the stored channel and on the
+one ``perturbation.sampler`` realises — the float bound does not cover subnormal probabilities.
+Budgets are finite, ≥ 0 and at most :data:`.model.MAX_LEVEL`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from numpy.typing import NDArray
 
 from .linear_reduction_lp import (Cost, cost_label, default_method, direct_eps_kernel, markov_lp_kernel,
                                   transport_kernel)
-from .model import Claim, DesignError, InputKind, Joint, PerturbationChannel
+from .model import MAX_LEVEL, Claim, DesignError, InputKind, Joint, PerturbationChannel, require_level
+from .verify import require_designed, verify
 
 Measure = Literal["ldp", "log_lift"]
 
@@ -59,10 +62,18 @@ def _check_alpha(alpha: float) -> float:
 
 
 def _check_epsilon(epsilon: float) -> float:
-    e = float(epsilon)
+    try:
+        e = float(epsilon)
+    except OverflowError:
+        e = math.inf
     if not (math.isfinite(e) and e >= 0.0):
         raise DesignError(f"linear reduction: epsilon must be a finite number ≥ 0, got {epsilon!r}")
-    return e
+    return require_level(e)
+
+
+#: Beyond this ε, e^ε − 1 is near the float limit (it overflows at 709.78): the α(ε) formulas divide
+#: through by it instead (1/(e^ε − 1) = e^{−ε} to double precision there).
+_EXP_SAFE = 700.0
 
 
 def target(joint: Joint, alpha: float) -> NDArray[np.float64]:
@@ -123,10 +134,13 @@ def alpha_for_ldp(joint: Joint, epsilon: float) -> float:
     hi, lo = pxs.max(axis=0), pxs.min(axis=0)
     if eps == 0.0:
         return 1.0 if np.any(hi > lo) else 0.0
-    em1 = math.expm1(eps)
-    num = (hi - lo) - em1 * lo                  # t_x·P_X(x)·(e^ε − 1); t/(1+t) without overflow
+    if eps <= _EXP_SAFE:
+        em1 = math.expm1(eps)
+        num, weight = (hi - lo) - em1 * lo, px * em1  # t_x·P_X(x)·(e^ε − 1); t/(1+t) without overflow
+    else:
+        num, weight = (hi - lo) * math.exp(-eps) - lo, px  # the same, divided by e^ε − 1
     need = num > 0
-    return float(np.max(num[need] / (num[need] + px[need] * em1))) if np.any(need) else 0.0
+    return float(np.max(num[need] / (num[need] + weight[need]))) if np.any(need) else 0.0
 
 
 def alpha_for_loglift(joint: Joint, epsilon: float) -> float:
@@ -139,7 +153,12 @@ def alpha_for_loglift(joint: Joint, epsilon: float) -> float:
     eps = _check_epsilon(epsilon)
     dev = (joint.x_given_s - joint.p_x[None, :]) / joint.p_x[None, :]  # r − 1
     up, down = dev[dev > 0], dev[dev < 0]
-    c = np.concatenate([math.expm1(eps) / up, -math.expm1(-eps) / -down])
+    if eps <= _EXP_SAFE:
+        c_up = math.expm1(eps) / up
+    else:
+        with np.errstate(divide="ignore", over="ignore"):  # c beyond the float range (∞): that side binds nowhere
+            c_up = 1.0 / (up * math.exp(-eps))
+    c = np.concatenate([c_up, -math.expm1(-eps) / -down])
     return float(max(0.0, 1.0 - np.min(c))) if c.size else 0.0
 
 
@@ -214,11 +233,11 @@ def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs
             ) -> PerturbationChannel:
     """Try each build in turn (the optimum first, then a closed form it improves on — an LP can fail
     or lose accuracy on badly scaled joints): build for ε − margin, rebuild with larger margins until
-    the realised channel meets ε with the float and quantisation slacks to spare, so the claim holds
-    exactly on the stored channel and on the one the sampler realises. Last resort, every row P_X
-    (method "independent", α = 1): Y ⊥ (S, X), leakage exactly 0 — the only channel exact at ε = 0,
-    or below float resolution, whatever the rounding (identical rows quantise identically). The
-    method used is recorded in the channel's params."""
+    the realised channel meets ε with the float and quantisation slacks to spare and its claims pass
+    the exact verifier (the float bound assumes normal floats; a subnormal joint breaks it). Last
+    resort, every row P_X (method "independent", α = 1): Y ⊥ (S, X), leakage exactly 0 — the only
+    channel exact at ε = 0, or below float resolution, whatever the rounding (identical rows quantise
+    identically). The method used is recorded in the channel's params."""
     eps = _check_epsilon(epsilon)
     notion = NOTION.get(measure)
     if notion is None:
@@ -243,11 +262,12 @@ def _design(joint: Joint, epsilon: float, measure: Measure, *, kind: str, inputs
             kernel /= kernel.sum(axis=1, keepdims=True)
             candidate = channel(kernel, made)
             p_y_given_s = candidate.effective(joint)
-            if leakage(joint, p_y_given_s, measure) <= eps - slack - _quantisation_slack(p_y_given_s, joint.n_x):
+            if leakage(joint, p_y_given_s, measure) <= eps - slack - _quantisation_slack(p_y_given_s, joint.n_x) \
+                    and verify(candidate, joint).ok:
                 return candidate
             if eps_design == 0.0:
                 break
-    return channel(np.tile(joint.p_x, (rows, 1)), {"alpha": 1.0, "method": "independent"})
+    return require_designed(channel(np.tile(joint.p_x, (rows, 1)), {"alpha": 1.0, "method": "independent"}), joint)
 
 
 def linear_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "ldp") -> PerturbationChannel:
@@ -264,7 +284,8 @@ def linear_markov_channel(joint: Joint, epsilon: float, *, measure: Measure = "l
             return ()  # the identity channel, or entries too small for the sampler: no input-LDP promise
         formula = math.log1p((1.0 - alpha) / (alpha * float(joint.p_x.min())))
         realised = ldp_leakage(kernel)  # input LDP: max_x log(max_x' K[x',x] / min_x' K[x',x])
-        return (Claim("ldp_x", {"epsilon": float(max(formula, realised) + _slack(joint) + quantised)}),)
+        level = float(max(formula, realised) + _slack(joint) + quantised)
+        return (Claim("ldp_x", {"epsilon": level}),) if level <= MAX_LEVEL else ()  # above: no guarantee
 
     return _design(joint, epsilon, measure, kind="linear", inputs="x",
                    builds=[_by_alpha(joint, measure, "lemma1", lambda a: lemma1_kernel(joint, a))],

@@ -50,7 +50,7 @@ from .._jit import kernel
 from ..chain import MarkovChain
 from ..sampling import BitSource, CsprngSource
 from .identifiability import alpha_of, eps_x, output_law
-from .model import DesignError
+from .model import DesignError, require_level
 from .randomized_response import check_distortion, check_epsilon, h, h_inv
 
 #: Largest mⁿ for which the constructor enumerates q = K⁻¹ p_X to certify feasibility.
@@ -158,8 +158,10 @@ class MarkovPriorSampler:
     """E_i under a Markov-chain prior for records of up to ``n`` rows; exactly one of ``epsilon``
     (identifiability level, claimed) or ``distortion`` (expected changed rows per record, ≤ n).
 
-    Raises :class:`DesignError` for a bad budget, for mⁿ > :data:`MAX_ENUMERATION` (feasibility
-    cannot be certified), or when E_i does not exist at this budget (D > h(ε̃_X)).
+    Raises :class:`DesignError` for a bad budget (a finite ε above :data:`.model.MAX_LEVEL`, or one
+    so large — or a D so small — that e^{−ε} underflows and the kernel would be the identity), for
+    mⁿ > :data:`MAX_ENUMERATION` (feasibility cannot be certified), or when E_i does not exist at this
+    budget (D > h(ε̃_X)).
     """
 
     def __init__(self, chain: MarkovChain, n: int, *, epsilon: float | None = None,
@@ -175,7 +177,7 @@ class MarkovPriorSampler:
         if np.any(chain.initial <= 0) or np.any(chain.matrix <= 0):
             raise DesignError("E_i needs a prior with full support: every initial and transition probability > 0")
         if epsilon is not None:
-            self.epsilon = check_epsilon(epsilon)
+            self.epsilon = require_level(check_epsilon(epsilon))
             if self.epsilon == math.inf:
                 raise DesignError("epsilon = inf gives the identity (raw values released); use a finite budget")
             design = self.epsilon / (1.0 + DESIGN_SLACK)
@@ -185,6 +187,9 @@ class MarkovPriorSampler:
                 raise DesignError("distortion D = 0 gives the identity (raw values released)")
             design = h_inv(D, m, n)
             self.epsilon = design * (1.0 + DESIGN_SLACK)
+        if math.exp(-design) == 0.0:
+            raise DesignError(f"ε = {design:.6g}: e^(−ε) underflows to 0, so E_i's kernel would be the identity "
+                              "(raw values released); refused")
         self.chain, self.n, self.m = chain, int(n), m
         prior = markov_prior_tensor(chain, self.n)
         if output_law(prior, design) is None:

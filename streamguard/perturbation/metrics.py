@@ -103,9 +103,12 @@ def _log_spread(columns: NDArray[np.float64]) -> float:
 
 
 def _mutual_information(pab: NDArray[np.float64]) -> float:
+    """Σ P(a, b)·(log P(a, b) − log P(a) − log P(b)): logs of the marginals taken apart, since the
+    product P(a)·P(b) of two small marginals can underflow to 0."""
     pa, pb = pab.sum(axis=1), pab.sum(axis=0)
-    nz = pab > 0
-    return float(np.sum(pab[nz] * (np.log(pab[nz]) - np.log(np.outer(pa, pb)[nz]))))
+    a, b = np.nonzero(pab > 0)
+    terms = pab[a, b]
+    return float(np.sum(terms * (np.log(terms) - np.log(pa[a]) - np.log(pb[b]))))
 
 
 def channel_metrics(channel: PerturbationChannel, joint: Joint) -> dict[str, float]:
@@ -114,7 +117,7 @@ def channel_metrics(channel: PerturbationChannel, joint: Joint) -> dict[str, flo
     py = psy.sum(axis=0)
     live = py > 0
     ps = psy.sum(axis=1)
-    lift = psy[:, live] / (ps[:, None] * py[None, live])
+    lift = psy[:, live] / ps[:, None] / py[None, live]  # not ÷ (P_S·P_Y): that product can underflow
     lam_max, psi_min = float(lift.max()), float(lift.min())
     eps_u = math.log(lam_max)
     eps_l = math.inf if psi_min == 0 else -math.log(psi_min)
@@ -137,8 +140,20 @@ def channel_metrics(channel: PerturbationChannel, joint: Joint) -> dict[str, flo
 
 
 def metrics_json(metrics: dict[str, float]) -> dict[str, Any]:
-    """The metrics with ``math.inf`` written as the string ``"inf"``."""
+    """The metrics with ``math.inf`` written as the string ``"inf"``; :class:`ModelInputError` for a
+    metric that is NaN (JSON cannot hold it, and no metric of a valid channel and joint is NaN)."""
+    nan = next((k for k, v in metrics.items() if math.isnan(v)), None)
+    if nan is not None:
+        raise ModelInputError(f"metrics: {nan} is not a number (NaN)")
     return {k: ("inf" if v == math.inf else v) for k, v in metrics.items()}
+
+
+def _float(v: int | float) -> float:
+    """``float(v)``, or ∞ for an int too large for a float."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
 
 
 def metrics_from_json(doc: Any) -> dict[str, float]:
@@ -149,8 +164,8 @@ def metrics_from_json(doc: Any) -> dict[str, float]:
     for k, v in doc.items():
         if v == "inf":
             out[str(k)] = math.inf
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out[str(k)] = float(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(number := _float(v)):
+            out[str(k)] = number
         else:
             raise ModelInputError(f"metrics: {k!r} is not a finite number or \"inf\"")
     return out

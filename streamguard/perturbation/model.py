@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,6 +23,13 @@ from numpy.typing import ArrayLike, NDArray
 
 #: Tolerance for "sums to one" on a joint or a channel row given in floating point.
 SUM_TOL = 1e-9
+
+#: The largest privacy level, in nats, that a designer accepts as a budget or a claim may state
+#: (every ε-type parameter: ``epsilon``, ``eps_l``, ``eps_u``). A likelihood ratio of e^1000 ≈ 10^434
+#: is not a privacy guarantee (the lift of any float model is below 1/5e−324 ≈ e^744.4), and the exact
+#: verifier builds e^ε as a rational: a bound keeps its integers, and so its time, small. Above it a
+#: budget is refused (:func:`require_level`), never clamped.
+MAX_LEVEL = 1000.0
 
 InputKind = Literal["x", "sx"]
 Symbol = int | tuple[int, ...]
@@ -35,11 +43,27 @@ class DesignError(ValueError):
     """A mechanism cannot be designed for these inputs (e.g. a budget below a paper's threshold)."""
 
 
-def _matrix(values: ArrayLike, what: str) -> NDArray[np.float64]:
+def require_level(value: float, name: str = "epsilon") -> float:
+    """``value`` unless it is a finite level above :data:`MAX_LEVEL` (then :class:`DesignError`);
+    the caller has already checked that it is a number (∞, where a designer allows it, passes)."""
+    if math.isfinite(value) and value > MAX_LEVEL:
+        raise DesignError(f"{name} = {value:g} nats is above {MAX_LEVEL:g}: not a privacy guarantee; refused")
+    return value
+
+
+def _floats(values: ArrayLike, what: str, shape: str) -> NDArray[np.float64]:
+    """``values`` as a float64 array; :class:`ModelInputError` naming ``what`` if they are not numbers
+    or a number does not fit a float (a JSON integer such as 10**400)."""
     try:
-        arr = np.array(values, dtype=np.float64)
+        return np.array(values, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ModelInputError(f"{what}: not a numeric matrix") from None
+        raise ModelInputError(f"{what}: not a numeric {shape}") from None
+    except OverflowError:
+        raise ModelInputError(f"{what}: contains a number too large for a float") from None
+
+
+def _matrix(values: ArrayLike, what: str) -> NDArray[np.float64]:
+    arr = _floats(values, what, "matrix")
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 2:
         raise ModelInputError(f"{what}: expected a matrix with at least 2 columns, got shape {arr.shape}")
     _require_distribution(arr, what)
@@ -79,10 +103,7 @@ class Joint:
 
         The prior is checked as given (finite, non-negative, summing to 1, every P(x) > 0), so a bad
         prior is named as the prior, not as the diagonal joint built from it."""
-        try:
-            px = np.array(prior, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ModelInputError("prior: not a numeric vector") from None
+        px = _floats(prior, "prior", "vector")
         if px.ndim != 1 or px.size < 2:
             raise ModelInputError(f"prior: expected a vector of at least 2 probabilities, got shape {px.shape}")
         _require_distribution(px, "prior")
@@ -177,7 +198,7 @@ class PerturbationChannel:
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        m = np.array(self.matrix, dtype=np.float64)
+        m = _floats(self.matrix, "channel", "matrix")
         rows = self.n_x if self.inputs == "x" else self.n_s * self.n_x
         if self.inputs not in ("x", "sx"):
             raise ModelInputError(f"channel: inputs must be 'x' or 'sx', got {self.inputs!r}")

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import dyadic
-from .model import Claim, DesignError, PerturbationChannel
+from .model import Claim, DesignError, PerturbationChannel, require_level
 
 #: Relative slacks tried in turn when a tight design rounds onto the wrong side of its budget.
 SLACKS = (0.0, 1e-13, 1e-11, 1e-9, 1e-7, 1e-5)
@@ -118,14 +118,16 @@ def constant_units(m: int) -> NDArray[np.int64]:
 
 
 def rr_candidates(m: int, eps: float) -> Iterator[NDArray[np.int64]]:
-    """RR tables at ε·(1 − s) for the slacks s of :data:`SLACKS` (c rounded up), then the constant
-    table: the caller keeps the first one whose exact level meets its budget."""
+    """RR tables at ε·(1 − s) for the slacks s of :data:`SLACKS` (c rounded up, and at least one unit:
+    from ε ≈ 36 on, where c < 2⁻⁵², that is the near-identity table with ratio 2⁵² − m + 1 — kept even
+    where e^{−ε} underflows to 0), then the constant table: the caller keeps the first one whose exact
+    level meets its budget."""
     for slack in SLACKS:
         e = eps * (1.0 - slack)
         if eps > 0 and e > 0:
             t = math.exp(-e)
             c = Fraction(t / (1.0 + (m - 1) * t))
-            yield rr_units(m, min(math.ceil(c * dyadic.ONE), dyadic.ONE // m))
+            yield rr_units(m, min(max(math.ceil(c * dyadic.ONE), 1), dyadic.ONE // m))
     yield constant_units(m)
 
 
@@ -158,14 +160,14 @@ def rr_channel(n_x: int, *, epsilon: float | None = None, distortion: float | No
 
     Claims ``ldp_x`` ε and ``distortion`` D (worst input, hence under every prior). The requested
     budget is met exactly; the other is the realised level rounded outward (module docstring).
-    Raises :class:`DesignError` for a bad budget or for the identity channel without
-    ``allow_identity``.
+    Raises :class:`DesignError` for a bad budget (a finite ε above :data:`.model.MAX_LEVEL` included)
+    or for the identity channel without ``allow_identity``.
     """
     m = _check_alphabet(n_x)
     if (epsilon is None) == (distortion is None):
         raise DesignError("rr_channel: give exactly one of epsilon and distortion")
     if epsilon is not None:
-        eps = check_epsilon(epsilon)
+        eps = require_level(check_epsilon(epsilon))
         if eps == math.inf:
             _identity_refused(allow_identity, "epsilon = inf")
             units = rr_units(m, 0)

@@ -48,7 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import dyadic
 from .identifiability import eps_tilde_x, eps_x, prior_tensor
-from .model import Claim, DesignError, Joint, PerturbationChannel
+from .model import Claim, DesignError, Joint, PerturbationChannel, require_level
 from .randomized_response import (
     SLACKS,
     check_distortion,
@@ -147,7 +147,8 @@ def rr_prior_channel(prior: ArrayLike | Joint, *, epsilon: float | None = None, 
 
     Claims ``identifiability``, ``ldp_x`` and ``distortion``; the requested one is met exactly,
     the others are the exact realised levels rounded outward. Past the threshold see the module
-    docstring (``fallback``). Raises :class:`DesignError` for bad budgets, an impossible ε < ε_X,
+    docstring (``fallback``). Raises :class:`DesignError` for bad budgets (a finite ε above
+    :data:`.model.MAX_LEVEL` included), an impossible ε < ε_X,
     or past the threshold with ``fallback=None``; ModelInputError for a malformed prior.
     """
     if fallback not in ("rr", None):
@@ -160,7 +161,7 @@ def rr_prior_channel(prior: ArrayLike | Joint, *, epsilon: float | None = None, 
     ex, et = eps_x(vec), eps_tilde_x(vec)
     threshold = h(et, m)
     if epsilon is not None:
-        eps = check_epsilon(epsilon)
+        eps = require_level(check_epsilon(epsilon))
         if eps == math.inf:
             raise DesignError("epsilon = inf gives the identity channel (raw values released); use a finite budget")
         units = _e_i_by_epsilon(p, m, eps)

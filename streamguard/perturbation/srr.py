@@ -18,15 +18,16 @@ from __future__ import annotations
 import numpy as np
 
 from .aorr import forward_block, optimal_randomisation, ordered, output_symbols
-from .lift import require_claims, split_budget, tightened
+from .lift import split_budget, tightened
 from .model import Joint, PerturbationChannel, Symbol
+from .verify import require_designed
 from .watchdog import criterion, subset_partition
 
 
 def srr_channel(joint: Joint, epsilon: float, *, lam: float = 0.5) -> PerturbationChannel:
     """SRR at (ε_l, ε_u) = (λε, (1−λ)ε) (kind ``"srr"``, rows by x). Outputs: the low-risk symbols in order,
-    then each subset's outputs named as in AORR (:func:`.aorr.output_symbols`). The ALIP claim is checked on
-    the matrix before return."""
+    then each subset's outputs named as in AORR (:func:`.aorr.output_symbols`). The ALIP claim is verified
+    exactly before return."""
     eps_l, eps_u = split_budget(epsilon, lam)
     crit = criterion("alip", epsilon, lam=lam)
     partition = subset_partition(joint, crit)
@@ -34,7 +35,7 @@ def srr_channel(joint: Joint, epsilon: float, *, lam: float = 0.5) -> Perturbati
     blocks = []
     for group in partition.groups:
         rand = ordered(optimal_randomisation(joint, group, tightened(eps_l), tightened(eps_u)))
-        blocks.append((group, forward_block(joint, rand)))
+        blocks.append((group, forward_block(joint, rand, "srr")))
         outputs += output_symbols(rand)
     matrix = np.zeros((joint.n_x, len(outputs)))
     matrix[list(partition.low), range(len(partition.low))] = 1.0
@@ -46,5 +47,4 @@ def srr_channel(joint: Joint, epsilon: float, *, lam: float = 0.5) -> Perturbati
                                   {"epsilon": float(epsilon), "lam": float(lam),
                                    "subsets": [list(g) for g in partition.groups],
                                    "absorbed": list(partition.absorbed)})
-    require_claims(joint, channel)
-    return channel
+    return require_designed(channel, joint)

@@ -28,7 +28,10 @@ distortion          D                 Pr(Y ≠ X) ≤ D (Hamming; merged groups 
 ==================  ================  ==================================================================
 
 These are the definitions of :mod:`.lift` (normative there). ``ldp_x`` ranges over every input
-row (for non-Markov channels the pairs (s, x)); the others over the rows the joint can reach. The
+row (for non-Markov channels the pairs (s, x)); the others over the rows the joint can reach. A row
+the joint cannot reach (an (s, x) with P_SX(s, x) = 0, non-Markov channels) is still a record the
+sampler accepts, so it must not release an output of probability 0 under the joint — that output
+would identify the record: every claim of such a channel is violated there. The
 watchdog states lift-based thresholds as floats (e^{ε_u} − 1, …): they are compared exactly as
 given. They are separate promises, not implied by ALIP (notes/003 E1). A lift of 0 makes every
 lift-inverse measure, and the min-lift side of alip/lip, infinite (violated).
@@ -37,6 +40,12 @@ Bounds on e^c are rigorous: ``decimal``'s exp and ln are correctly rounded, so s
 in the last place outward gives an enclosing interval. A comparison that the interval cannot
 decide is retried at higher precision; e^c is irrational for rational c ≠ 0, so this ends, but a
 claim still undecided at :data:`MAX_DIGITS` digits counts as violated (fail closed).
+
+Hostile numbers have bounded cost. Every parameter must be a finite float ≥ 0, and a privacy level
+(ε, ε_l, ε_u) at most :data:`.model.MAX_LEVEL` = 1000 nats — above it a claim is no privacy
+guarantee and is refused, so e^ε stays a rational of a few thousand bits. The α-measures are decided
+through logs and expm1 (:func:`_sum_of_powers_at_most_one`), so any α > 0 and any lift are cheap. Realised
+values in messages are floats, ``inf`` past the float range.
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ from typing import Any, Union
 import numpy as np
 
 from .metrics import released_as_itself, require_compatible, row_index
-from .model import Claim, Joint, PerturbationChannel
+from .model import MAX_LEVEL, Claim, DesignError, Joint, PerturbationChannel
 from .sampler import SCALE_BITS, exact_integers, quantise
 
 #: Decimal digits tried in turn when an enclosure does not decide a comparison.
@@ -92,7 +101,11 @@ class Ratio:
         return Ratio(self.num * other.den + other.num * self.den, self.den * other.den)
 
     def __float__(self) -> float:
-        return self.num / self.den  # int / int is correctly rounded, whatever the sizes
+        """Correctly rounded (int / int, whatever the sizes); ``math.inf`` beyond the float range."""
+        try:
+            return self.num / self.den
+        except OverflowError:
+            return math.inf
 
     def log(self) -> float:
         """Natural log as a float (for messages); −inf at 0."""
@@ -161,22 +174,83 @@ def _exp_of(c: Fraction) -> Enclosure:
     return lambda digits: _exp_bounds(c, digits)
 
 
-def _power_sum(weights: list[Ratio], bases: list[Ratio], power: Fraction) -> Enclosure:
-    """Enclosure of Σ_i w_i · b_i^power (w_i ≥ 0, b_i > 0), as Σ w_i · exp(power · ln b_i)."""
+#: Exponents below −EXP_FLOOR are bounded by e^−EXP_FLOOR ≈ 10^−869 from above and 0 from below:
+#: far below the resolution of :data:`MAX_DIGITS`, and it keeps every rational e^c small.
+EXP_FLOOR = 2000
 
-    def enclose(digits: int) -> tuple[Fraction, Fraction]:
+
+def _ln_enclosure(q: Ratio, digits: int) -> tuple[Fraction, Fraction]:
+    """lo ≤ ln q ≤ hi for q > 0."""
+    q_lo, q_hi = q.enclose(digits)
+    return _ln_bounds(q_lo, digits)[0], _ln_bounds(q_hi, digits)[1]
+
+
+def _expm1_lower(x: Fraction, digits: int) -> Fraction:
+    """A rational ≤ e^x − 1. Near 0 by Taylor with the Lagrange remainder, e^x − 1 = x + x²·e^ξ/2
+    (ξ between 0 and x, e^ξ ≥ 1 + min(x, 0)), which keeps its relative precision however small x is."""
+    if abs(x) <= Fraction(1, 10 ** (digits // 2)):
+        return x + x * x * (1 + min(x, Fraction(0))) / 2
+    return Fraction(-1) if x < -EXP_FLOOR else _exp_bounds(x, digits)[0] - 1
+
+
+def _expm1_upper(x: Fraction, digits: int) -> Fraction:
+    """A rational ≥ e^x − 1 (as :func:`_expm1_lower`; e^ξ ≤ 1 + 2·max(x, 0) for |x| ≤ 1)."""
+    if abs(x) <= Fraction(1, 10 ** (digits // 2)):
+        return x + x * x * (1 + 2 * max(x, Fraction(0))) / 2
+    return _exp_bounds(max(x, Fraction(-EXP_FLOOR)), digits)[1] - 1
+
+
+def _sum_of_powers_at_most_one(weights: list[Ratio], bases: list[Ratio], alpha: Fraction) -> bool | None:
+    """Σ_i w_i·b_i^α ≤ 1, for weights w_i > 0 summing to 1, bases b_i ≥ 0 and α > 0: True, False, or
+    None if undecided at :data:`MAX_DIGITS` digits.
+
+    Decided as Σ_i w_i·(b_i^α − 1) ≤ 0 with b_i^α − 1 = expm1(α·ln b_i) enclosed, so a tiny α needs
+    relative, not 1/α-digit, precision; and a huge α or b_i never builds a huge number: a term with
+    ln w_i + α·ln b_i > 0 has w_i·b_i^α > 1 and alone decides (the others are ≥ −(1 − w_i)), and no
+    e^x beyond x = 1 − ln w_i is taken (until the precision pins x below it, the sum has no upper bound)."""
+    for digits in DIGITS:
         lo = hi = Fraction(0)
+        bounded = True
         for w, b in zip(weights, bases):
             w_lo, w_hi = w.enclose(digits)
-            b_lo, b_hi = b.enclose(digits)
-            ln_lo, ln_hi = _ln_bounds(b_lo, digits)[0], _ln_bounds(b_hi, digits)[1]
-            if power < 0:
-                ln_lo, ln_hi = ln_hi, ln_lo
-            lo += w_lo * _exp_bounds(power * ln_lo, digits)[0]
-            hi += w_hi * _exp_bounds(power * ln_hi, digits)[1]
-        return lo, hi
+            if b.num == 0:  # 0^α − 1 = −1
+                lo, hi = lo - w_hi, hi - w_lo
+                continue
+            (lw_lo, lw_hi), (lb_lo, lb_hi) = _ln_enclosure(w, digits), _ln_enclosure(b, digits)
+            x_lo, x_hi = alpha * lb_lo, alpha * lb_hi
+            if lw_lo + x_lo > 0:
+                return False
+            e_lo = _expm1_lower(x_lo, digits)
+            lo += (w_lo if e_lo >= 0 else w_hi) * e_lo
+            if lw_hi + x_hi > 1:
+                bounded = False
+            elif bounded:
+                e_hi = _expm1_upper(x_hi, digits)
+                hi += (w_hi if e_hi >= 0 else w_lo) * e_hi
+        if lo > 0:
+            return False
+        if bounded and hi <= 0:
+            return True
+    return None
 
-    return enclose
+
+def _log_power_mean(weights: list[Ratio], lifts: list[Ratio], power: float) -> float:
+    """(Σ_i w_i·l_i^power)^{1/|power|} in floats (for messages; ∞ past the float range), for weights
+    summing to 1. Small exponents use ln Σ = log1p(Σ_i w_i·expm1(power·ln l_i)) — exact since Σ w_i = 1,
+    and accurate as power → 0, where ln Σ ≈ power·Σ w_i ln l_i — larger ones a log-sum-exp."""
+    exponents = [power * lv.log() for lv in lifts]
+    if all(e == -math.inf or abs(e) <= 1.0 for e in exponents):
+        log_sum = math.log1p(sum(float(w) * math.expm1(e) for w, e in zip(weights, exponents)))
+    else:
+        terms = [w.log() + e for w, e in zip(weights, exponents)]
+        top = max(terms)
+        if not math.isfinite(top):
+            return top if top > 0 else 0.0
+        log_sum = top + math.log(sum(math.exp(t - top) for t in terms))
+    try:
+        return math.exp(log_sum / abs(power))
+    except OverflowError:
+        return math.inf
 
 
 def _enclose(q: Quantity, digits: int) -> tuple[Fraction, Fraction]:
@@ -303,6 +377,20 @@ class _Checker:
         self.a_y = [sum(col) for col in zip(*self.A)]
         self.total = sum(self.a_s)
         self.live = [y for y in range(channel.n_y) if self.a_y[y] > 0]
+        #: (row, output) of a row releasing an output of probability 0 under the joint, if any.
+        self.impossible = next(((r, y) for r, row in enumerate(exact.numerators) for y, v in enumerate(row)
+                                if v > 0 and self.a_y[y] == 0), None)
+
+    def impossible_output(self, claim: Claim) -> list[ClaimCheck]:
+        """A row the joint cannot reach releases an output no reachable row releases (module docstring)."""
+        if self.impossible is None:
+            return []
+        r, y = self.impossible
+        value = Ratio(self.exact.numerators[r][y], self.exact.denominators[r])
+        n_x = self.channel.n_x
+        row = f"row x={r}" if self.channel.inputs == "x" else f"row (s={r // n_x}, x={r % n_x})"
+        return [self._check(claim, "Pr(y|row) = 0 where P_Y(y) = 0", f"{row}, {self._y(y)}", False,
+                            float(value), 0.0)]
 
     def _y(self, y: int) -> str:
         """Where-strings name output indices and symbols (state indices), never data."""
@@ -312,8 +400,12 @@ class _Checker:
                 realised: float, allowed: float) -> ClaimCheck:
         """value ≤ bound, with value None meaning +∞ (violated)."""
         if value is None:
-            return ClaimCheck(claim, self.target, constraint, False, where, math.inf, allowed)
-        verdict = _decide(value, bound)
+            return self._check(claim, constraint, where, False, math.inf, allowed)
+        return self._check(claim, constraint, where, _decide(value, bound), realised, allowed)
+
+    def _check(self, claim: Claim, constraint: str, where: str, verdict: bool | None, realised: float,
+               allowed: float) -> ClaimCheck:
+        """A decided (or, None, undecided and so refused) constraint."""
         note = "" if verdict is not None else f"undecided at {MAX_DIGITS} digits: refused"
         return ClaimCheck(claim, self.target, constraint, bool(verdict), where, realised, allowed, note)
 
@@ -412,20 +504,25 @@ class _Checker:
         return self._lift_measure(claim, threshold, 2, inverse=True)
 
     def _alpha_measure(self, claim: Claim, alpha: Fraction, threshold: Fraction, inverse: bool) -> list[ClaimCheck]:
-        """Λ_α(y) ≤ t ⇔ Σ_s P_S·l^α ≤ t^α;  Ψ_α(y) ≤ t ⇔ Σ_s P_S·l^{−α} ≤ t^α  (α > 0, enclosures)."""
+        """Λ_α(y) ≤ t ⇔ Σ_s P_S·(l/t)^α ≤ 1;  Ψ_α(y) ≤ t ⇔ Σ_s P_S·(1/(l·t))^α ≤ 1  (α > 0; t = 0 is
+        violated: both are positive), decided by :func:`_sum_of_powers_at_most_one`."""
         if alpha <= 0:
             raise ClaimViolation(f"claim {_claim_text(claim)}: alpha must be > 0")
         label = f"α-lift{'-inverse' if inverse else ''} ≤ threshold"
-        bound: Quantity = Ratio(0, 1) if threshold == 0 else _power_sum([Ratio(1, 1)], [_ratio(threshold)], alpha)
         weights = [Ratio(a, self.total) for a in self.a_s]
+        t = _ratio(threshold)
         worst: ClaimCheck | None = None
         for y, ls in self._lifts().items():
             if inverse and any(lv.num == 0 for lv in ls):
-                return [self._result(claim, label, self._y(y), None, bound, math.inf, float(threshold))]
-            keep = [(w, lv) for w, lv in zip(weights, ls) if lv.num > 0]
-            value = _power_sum([w for w, _ in keep], [lv for _, lv in keep], -alpha if inverse else alpha)
-            realised = float(value(DIGITS[0])[1]) ** (1 / float(alpha))
-            check = self._result(claim, label, self._y(y), value, bound, realised, float(threshold))
+                return [self._check(claim, label, self._y(y), False, math.inf, float(threshold))]
+            realised = _log_power_mean(weights, ls, float(-alpha if inverse else alpha))
+            if t.num == 0:
+                verdict: bool | None = False
+            else:
+                bases = [Ratio(lv.den * t.den, lv.num * t.num) if inverse else Ratio(lv.num * t.den, lv.den * t.num)
+                         for lv in ls]
+                verdict = _sum_of_powers_at_most_one(weights, bases, alpha)
+            check = self._check(claim, label, self._y(y), verdict, realised, float(threshold))
             if not check.holds:
                 return [check]
             if worst is None or check.realised > worst.realised:
@@ -446,6 +543,9 @@ class _Checker:
         value = Ratio(total - kept, total)
         return [self._result(claim, "Pr(Y ≠ X) ≤ D", "all inputs", value, _ratio(D), float(value), float(D))]
 
+
+#: The parameters that are privacy levels in nats (bounded by :data:`.model.MAX_LEVEL`).
+LEVELS = ("epsilon", "eps_l", "eps_u")
 
 #: notion → (its parameters, in order; the checker method).
 NOTIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -476,10 +576,21 @@ def _params(claim: Claim) -> list[Fraction]:
     values = []
     for name in names:
         v = claim.params[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite_float(v) or v < 0:
             raise ClaimViolation(f"claim {claim.notion!r}: parameter {name} must be a finite number ≥ 0")
+        if name in LEVELS and v > MAX_LEVEL:
+            raise ClaimViolation(f"claim {claim.notion!r}: {name} = {float(v):g} nats is above {MAX_LEVEL:g}: "
+                                 "not a privacy guarantee; refused")
         values.append(Fraction(v))
     return values
+
+
+def _finite_float(v: int | float) -> bool:
+    """A finite float, or an int that converts to one (10**400 does not)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def verify(channel: PerturbationChannel, joint: Joint) -> VerifyReport:
@@ -492,6 +603,7 @@ def verify(channel: PerturbationChannel, joint: Joint) -> VerifyReport:
     for target, exact in (("stored", ExactChannel.stored(channel)), ("quantised", ExactChannel.quantised(channel))):
         checker = _Checker(channel, joint, exact, target)
         for claim, values in params:
+            checks.extend(checker.impossible_output(claim))
             checks.extend(getattr(checker, NOTIONS[claim.notion][1])(claim, *values))
     return VerifyReport(channel.kind, tuple(checks))
 
@@ -505,3 +617,16 @@ def require_valid(channel: PerturbationChannel, joint: Joint) -> VerifyReport:
     if not report.ok:
         raise ClaimViolation(report.failures[0].message(channel.kind))
     return report
+
+
+def require_designed(channel: PerturbationChannel, joint: Joint) -> PerturbationChannel:
+    """What every designer returns its channel through: :func:`require_valid`, with a failure
+    raised as :class:`~.model.DesignError` naming the kind. A designer plans in floating point; this
+    is the exact check that it never returns a channel breaking its own claims (e.g. when products of
+    subnormal probabilities underflow in its float lifts)."""
+    try:
+        require_valid(channel, joint)
+    except ClaimViolation as exc:
+        raise DesignError(f"{channel.kind}: the designed channel fails exact verification, refusing it: "
+                          f"{exc}") from None
+    return channel

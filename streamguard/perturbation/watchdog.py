@@ -37,7 +37,7 @@ measure                     a column is private iff                             
 
 The lift-based / lift-inverse sets are relaxed criteria, **not** implied by or implying ALIP (E1).
 Every test inside the design uses budgets tightened by :data:`.lift.DESIGN_MARGIN`; the returned channel's
-claims carry the nominal budgets and are checked on its matrix before it is returned.
+claims carry the nominal budgets and are verified exactly before it is returned (:func:`.verify.require_designed`).
 """
 
 from __future__ import annotations
@@ -62,13 +62,13 @@ from .lift import (
     max_lift,
     min_lift,
     positive_number,
-    require_claims,
     satisfied,
     split_budget,
     symbol_lifts,
     tightened,
 )
 from .model import Claim, DesignError, Joint, PerturbationChannel, Symbol
+from .verify import require_designed
 
 Risk = Callable[[Lifts, NDArray[np.float64]], NDArray[np.float64]]
 
@@ -159,8 +159,12 @@ def _pair_criterion(measure: str, family: str, eps_l: float, eps_u: float, alpha
         sides = sides[:1]
     elif measure.endswith("-inverse"):
         sides = sides[1:]
-    claims = tuple(Claim(name, {**extra, "threshold": bound(eps)}) for (name, _), eps in sides)
-    design = tuple(Claim(name, {**extra, "threshold": bound(tightened(eps))}) for (name, _), eps in sides)
+    try:
+        claims = tuple(Claim(name, {**extra, "threshold": bound(eps)}) for (name, _), eps in sides)
+        design = tuple(Claim(name, {**extra, "threshold": bound(tightened(eps))}) for (name, _), eps in sides)
+    except OverflowError:
+        raise DesignError(f"measure {measure!r}: its threshold at ε_l = {eps_l:g}, ε_u = {eps_u:g} overflows a "
+                          "float; use a smaller budget") from None
     fns = [fn for (_, fn), _ in sides]
 
     def risk(lifts: Lifts, p_s: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -190,7 +194,8 @@ def split_symbols(joint: Joint, crit: Criterion) -> tuple[tuple[int, ...], tuple
 
 class _Groups:
     """Union lifts of a group with each of several candidates, from running sums (notes/003 §3.3,
-    incremental kernel): l(s, G ∪ C) = (a_G + a_C)(s) / (P_S(s)·(m_G + m_C))."""
+    incremental kernel): l(s, G ∪ C) = (a_G + a_C)(s) / P_S(s) / (m_G + m_C) (divided in turn, see
+    :func:`.lift.symbol_lifts`)."""
 
     def __init__(self, joint: Joint, crit: Criterion) -> None:
         self.p, self.p_s, self.p_x, self.crit = joint.p, joint.p_s, joint.p_x, crit
@@ -201,7 +206,7 @@ class _Groups:
 
     def ok(self, members: Sequence[int]) -> bool:
         a, m = self.sums(members)
-        return bool(self.crit.ok((a / (self.p_s * m))[:, None], self.p_s)[0])
+        return bool(self.crit.ok((a / self.p_s / m)[:, None], self.p_s)[0])
 
     def best(self, members: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
         """Index of the candidate whose union with ``members`` has the lowest risk (ties: first)."""
@@ -210,7 +215,7 @@ class _Groups:
         for j, cand in enumerate(candidates):
             indicator[list(cand), j] = 1.0
         ca, cm = self.p @ indicator, self.p_x @ indicator
-        lifts = (a[:, None] + ca) / (self.p_s[:, None] * (m + cm)[None, :])
+        lifts = (a[:, None] + ca) / self.p_s[:, None] / (m + cm)[None, :]
         return int(np.argmin(self.crit.risk(lifts, self.p_s)))
 
 
@@ -292,7 +297,7 @@ def watchdog_channel(joint: Joint, epsilon: float, *, lam: float = 0.5, measure:
                      merge: str = "complete", alpha: float | None = None) -> PerturbationChannel:
     """The watchdog (kind ``"watchdog"`` for ``merge="complete"``, ``"watchdog-subset"`` for
     ``merge="subset"``) under ``measure`` at budget ε (module docstring), repaired so that every output,
-    merged groups included, meets the budget (E4). Its claims are checked on the matrix before return."""
+    merged groups included, meets the budget (E4). Its claims are verified exactly before return."""
     crit = criterion(measure, epsilon, lam=lam, alpha=alpha)
     if merge == "complete":
         kind, partition = "watchdog", complete_partition(joint, crit)
@@ -306,8 +311,7 @@ def watchdog_channel(joint: Joint, epsilon: float, *, lam: float = 0.5, measure:
     if alpha is not None:
         params["alpha"] = float(alpha)
     channel = PerturbationChannel(kind, matrix, "x", joint.n_s, joint.n_x, outputs, crit.claims, params)
-    require_claims(joint, channel)
-    return channel
+    return require_designed(channel, joint)
 
 
 def subset_merging_channel(joint: Joint, epsilon: float, *, lam: float = 0.5, measure: str = "alip",
