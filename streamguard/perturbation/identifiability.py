@@ -63,7 +63,7 @@ def prior_tensor(prior: ArrayLike) -> NDArray[np.float64]:
 def alpha_of(eps: float, m: int) -> float:
     """α = (e^ε−1)/(e^ε+m−1) = (1 − t)/(1 + (m−1)t), t = e^{−ε} (the 'keep, else uniform' weight)."""
     t = math.exp(-eps)
-    return (1.0 - t) / (1.0 + (m - 1) * t)
+    return -math.expm1(-eps) / (1.0 + (m - 1) * t)  # 1 − t without cancellation at small ε
 
 
 def eps_of_alpha(alpha: float, m: int) -> float:
@@ -350,7 +350,9 @@ def rate_distortion(D: float, prior: ArrayLike, *, tol: float = 1e-10) -> float:
 def e_i_matrix(prior: ArrayLike, epsilon: float) -> NDArray[np.float64]:
     """E_i (26) for a general prior on small 𝒟ⁿ (§7.4), float, mⁿ × mⁿ (lexicographic order):
     W(y|x) = q(y)·K_ε(x,y)/p(x) with q = K_ε⁻¹ p (:func:`output_law`). Raises ValueError when E_i
-    does not exist (ε < ε̃_X). For tests, reports and the exact check of the Markov sampler."""
+    does not exist (ε < ε̃_X). For tests, reports and the exact check of the Markov sampler.
+    K_ε⁻¹ amplifies rounding by α⁻ⁿ (notes/001 §11): for a nearly uniform prior at ε ≈ ε̃_X ≈ 0
+    the float result is meaningless (rows off 1 by ~2⁻⁵²·α⁻ⁿ)."""
     p = prior_tensor(prior)
     m, n = _shape(p)
     eps = check_epsilon(epsilon)
