@@ -262,3 +262,15 @@ def environment_line(env: dict[str, Any]) -> str:
     dirty = " (+ uncommitted library changes)" if env.get("library_modified_since_commit") else ""
     return (f"{env['cpu']}, {env['cpu_count']} cores (affinity {env['affinity']}), Python {env['python']}, "
             f"numpy {env['numpy']}, numba {env['numba']}; commit {commit}{dirty}; {env['date_utc']}")
+
+
+class PredrawnSource:
+    """A BitSource returning words drawn beforehand: times a sampling kernel without the draw."""
+
+    deterministic = True
+
+    def __init__(self, words: Any) -> None:
+        self._words = words
+
+    def words(self, n: int) -> Any:
+        return self._words[:n]

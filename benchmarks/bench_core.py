@@ -44,6 +44,7 @@ from streamguard.redaction.plan import RedactionPlan, StreamPlan, plan_stream
 from streamguard.sampling import CsprngSource, SeededSource, apply_redaction, thresholds
 
 from ._common import (
+    PredrawnSource,
     Timing,
     base_parser,
     environment,
@@ -106,18 +107,6 @@ def dense_channels(n: int, seed: int) -> tuple[ChannelSequence, int]:
     if seq.revealing_tables().any():
         raise AssertionError("dense channels must not contain a revealing table")
     return seq, p
-
-
-class PredrawnSource:
-    """A BitSource returning words drawn beforehand: times the redaction step without the draw."""
-
-    deterministic = True
-
-    def __init__(self, words: NDArray[np.uint64]) -> None:
-        self._words = words
-
-    def words(self, n: int) -> NDArray[np.uint64]:
-        return self._words[:n]
 
 
 def same_leakage(a: float, b: float) -> bool:

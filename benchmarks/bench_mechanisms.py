@@ -47,6 +47,7 @@ from streamguard.perturbation.verify import verify
 from streamguard.sampling import CsprngSource
 
 from ._common import (
+    PredrawnSource,
     Timing,
     base_parser,
     environment,
@@ -141,18 +142,6 @@ def bench_design(rows: list[list[Any]], s_sizes: Sequence[int], x_sizes: Sequenc
 
 
 # ---------------------------------------------------------------------------------- (b) sampling
-
-
-class PredrawnSource:
-    """A BitSource returning words drawn beforehand: times the sampler without the draw."""
-
-    deterministic = True
-
-    def __init__(self, words: NDArray[np.uint64]) -> None:
-        self._words = words
-
-    def words(self, n: int) -> NDArray[np.uint64]:
-        return self._words[:n]
 
 
 @functools.cache
