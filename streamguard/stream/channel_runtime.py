@@ -32,7 +32,7 @@ from ..ledger.events import ChannelClaim, ChannelEvent
 from ..perturbation import Joint, PerturbationChannel
 from ..sampling import BitSource
 from .records import Rejection, SensitiveField
-from .runtime import StreamRuntime
+from .runtime import FRESH, Resume, StreamRuntime
 
 #: Positions one ledger event of a channel stream covers (see ``ChannelRuntime._reserve``).
 RESERVE = 4096
@@ -102,8 +102,8 @@ class ChannelRuntime(StreamRuntime):
 
     mechanism = "channel"
 
-    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource, *, first_seq: int = 0,
-                 first_phys: int = 0, aggregate_source: BitSource | None = None) -> None:
+    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource, *, resume: Resume = FRESH,
+                 aggregate_source: BitSource | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         from ..perturbation.metrics import channel_metrics
         from ..perturbation.sampler import ChannelSampler
@@ -114,9 +114,9 @@ class ChannelRuntime(StreamRuntime):
         self.claims = ledger_claims(self.channel)  # refuses a channel with no privacy claim, at start-up
         self.sampler = ChannelSampler(self.channel)
         self.source = source
-        self.next_seq = first_seq
-        self.next_phys = first_phys
-        self._reserved = first_phys  # positions below this are covered by a ledger event
+        self.next_seq = resume.first_seq
+        self.next_phys = resume.first_phys
+        self._reserved = resume.first_phys  # positions below this are covered by a ledger event
         self.metrics = channel_metrics(self.channel, self.joint)
         chain = cfg.chain()
         self.stream_leakage = stream_leakage_report(self.channel, chain) if self.channel.inputs == "x" else None

@@ -38,7 +38,7 @@ from ..sampling import bit_source
 from .outbox import AsyncOutbox, Full, Item, Outbox
 from .privatizer import Mark
 from .publisher import Publisher
-from .runtime import StreamRuntime, make_runtime
+from .runtime import Resume, StreamRuntime, make_runtime
 from .transport import MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
@@ -118,8 +118,8 @@ class Daemon:
             open_marks = [Mark.from_state(m["state"]) for m in marks.values()
                           if m.get("open") and m["state"]["phys"] < first_phys]
             self.runtimes[cfg.name] = make_runtime(
-                s, cfg, bit_source(s.deterministic_seed, i), first_seq=first_seq, first_phys=first_phys,
-                decided=decided, open_marks=open_marks, restarted=restarted,
+                s, cfg, bit_source(s.deterministic_seed, i),
+                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted),
                 aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i))
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "

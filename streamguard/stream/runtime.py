@@ -16,6 +16,7 @@ import json
 import logging
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,22 @@ class StreamCounters:
             "rejected": dict(self.rejected),
             "commands_rejected": dict(self.commands_rejected),
         }
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a stream continues after a restart: its next ``seq`` and physical position and, for
+    redaction, the rows used (physical index → (r0, r1)) and the marks still open."""
+
+    first_seq: int = 0
+    first_phys: int = 0
+    decided: Mapping[int, tuple[float, float]] = field(default_factory=dict)
+    open_marks: tuple[Mark, ...] = ()
+    restarted: bool = False
+
+
+#: A stream's first start.
+FRESH = Resume()
 
 
 class StreamRuntime(abc.ABC):
@@ -189,25 +206,15 @@ class RedactionRuntime(StreamRuntime):
 
     mechanism = "redaction"
 
-    def __init__(
-        self,
-        settings: Settings,
-        cfg: StreamConfig,
-        source: BitSource,
-        *,
-        first_seq: int = 0,
-        first_phys: int = 0,
-        decided: dict[int, tuple[float, float]] | None = None,
-        open_marks: list[Mark] | None = None,
-        restarted: bool = False,
-        aggregate_source: BitSource | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource, *, resume: Resume = FRESH,
+                 aggregate_source: BitSource | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
         self.plan: StreamPlan = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
-                                     first_seq=first_seq, first_phys=first_phys, decided=dict(decided or {}),
-                                     open_marks=list(open_marks or []), restarted=restarted)
+                                     first_seq=resume.first_seq, first_phys=resume.first_phys,
+                                     decided=dict(resume.decided), open_marks=list(resume.open_marks),
+                                     restarted=resume.restarted)
         self.plan_leakage = self.plan.leakage()
 
     # -- input --------------------------------------------------------------------------------
@@ -343,25 +350,12 @@ class RedactionRuntime(StreamRuntime):
         }
 
 
-def make_runtime(
-    settings: Settings,
-    cfg: StreamConfig,
-    source: BitSource,
-    *,
-    first_seq: int = 0,
-    first_phys: int = 0,
-    decided: dict[int, tuple[float, float]] | None = None,
-    open_marks: list[Mark] | None = None,
-    restarted: bool = False,
-    aggregate_source: BitSource | None = None,
-) -> StreamRuntime:
-    """The runtime of a stream's mechanism, continuing positions (and, for redaction, the rows
-    used and the open marks) after a restart. ``aggregate_source`` draws the aggregates' noise
-    (default: ``source``)."""
+def make_runtime(settings: Settings, cfg: StreamConfig, source: BitSource, *, resume: Resume = FRESH,
+                 aggregate_source: BitSource | None = None) -> StreamRuntime:
+    """The runtime of a stream's mechanism, continuing where ``resume`` says (after a restart).
+    ``aggregate_source`` draws the aggregates' noise (default: ``source``)."""
     if cfg.mechanism == "channel":
         from .channel_runtime import ChannelRuntime
 
-        return ChannelRuntime(settings, cfg, source, first_seq=first_seq, first_phys=first_phys,
-                              aggregate_source=aggregate_source)
-    return RedactionRuntime(settings, cfg, source, first_seq=first_seq, first_phys=first_phys, decided=decided,
-                            open_marks=open_marks, restarted=restarted, aggregate_source=aggregate_source)
+        return ChannelRuntime(settings, cfg, source, resume=resume, aggregate_source=aggregate_source)
+    return RedactionRuntime(settings, cfg, source, resume=resume, aggregate_source=aggregate_source)
