@@ -296,9 +296,12 @@ def _aggregate_lines(cfg: Any) -> list[str]:
     from .stream.aggregates import stream_scale
     from .quilt import QuiltModel
 
+    if not cfg.aggregates:
+        return []
     out = []
+    chain = cfg.chain()
     for a in cfg.aggregates:
-        sc = stream_scale(QuiltModel([cfg.chain()], a.influence), a.epsilon)
+        sc = stream_scale(QuiltModel([chain], a.influence), a.epsilon)
         w = sc.witness
         lipschitz = {"histogram": 2.0, "count": 1.0}.get(a.query)
         noise = (f"noise ±{math.sqrt(2) * lipschitz * sc.sigma:.3g} (std) per value" if lipschitz is not None
@@ -306,8 +309,7 @@ def _aggregate_lines(cfg: Any) -> list[str]:
                       "(std) on the mean")
         out.append(f"  aggregate {a.query} every {a.window} positions: ε={a.epsilon:g} ({a.influence}), "
                    f"σ_∞={sc.sigma:.6g}, witness quilt a={w.a} b={w.b} card={w.card} e={w.e:.4f}; {noise}")
-    if cfg.aggregates:
-        out.append(f"  aggregate budget (quilt accountant): {cfg.total_aggregate_budget():g}")
+    out.append(f"  aggregate budget (quilt accountant): {cfg.total_aggregate_budget():g}")
     return out
 
 

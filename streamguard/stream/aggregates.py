@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..chain import MarkovChain
 from ..config import AggregateConfig, StreamConfig
 from ..quilt import QuiltModel
 from ..quilt.release import AggregateRelease, count, histogram, mean, quantise_values
@@ -59,11 +60,10 @@ class _Query:
 class StreamAggregates:
     """The aggregate queries of one stream (see module docstring)."""
 
-    def __init__(self, cfg: StreamConfig, source: BitSource) -> None:
+    def __init__(self, cfg: StreamConfig, chain: MarkovChain, source: BitSource) -> None:
         self.cfg = cfg
         self.states = cfg.state_map()
         self.source = source
-        chain = cfg.chain()
         self.queries: list[_Query] = []
         for i, a in enumerate(cfg.aggregates):
             model = QuiltModel([chain], a.influence)

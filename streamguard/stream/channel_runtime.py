@@ -118,13 +118,13 @@ class ChannelRuntime(StreamRuntime):
         self.next_phys = resume.first_phys
         self._reserved = resume.first_phys  # positions below this are covered by a ledger event
         self.metrics = channel_metrics(self.channel, self.joint)
-        chain = cfg.chain()
-        self.stream_leakage = stream_leakage_report(self.channel, chain) if self.channel.inputs == "x" else None
+        self.stream_leakage = (stream_leakage_report(self.channel, self.chain) if self.channel.inputs == "x"
+                               else None)
         # what the ledger states: only an exact (converged) value is a bound for the stream
         exact = self.stream_leakage is not None and not self.stream_leakage["lower_bound"]
         leak = self.stream_leakage["leakage"] if exact and self.stream_leakage is not None else None
         self.stream_leakage_bound: float | None = None if leak is None else float(leak)
-        self.model_id = "markov:" + hashlib.sha256(np.ascontiguousarray(chain.matrix).tobytes()).hexdigest()[:16]
+        self.model_id = "markov:" + hashlib.sha256(np.ascontiguousarray(self.chain.matrix).tobytes()).hexdigest()[:16]
         self.channel_id = f"{self.channel.kind}:" + hashlib.sha256(
             np.ascontiguousarray(self.channel.matrix).tobytes()).hexdigest()[:16]
 
@@ -209,7 +209,6 @@ class ChannelRuntime(StreamRuntime):
         return json.dumps(self.record(r), separators=(",", ":")).encode()
 
     def privacy_status(self) -> dict[str, Any]:
-        chain = self.cfg.chain()
         return {
             "stream": self.name,
             "mechanism": f"per-record channel: {self.channel.kind}",
@@ -219,7 +218,7 @@ class ChannelRuntime(StreamRuntime):
             "per_record": [c.to_json() for c in self.channel.claims],
             "metrics": _finite(self.metrics),
             "stream_leakage": self.stream_leakage,
-            "model": {"matrix": chain.matrix.tolist(), "stationary": chain.stationary},
+            "model": {"matrix": self.chain.matrix.tolist(), "stationary": self.chain.stationary},
             "joint": self.joint.p.tolist(),  # the P(S, X) the per-record claims hold under
             "deterministic": self.deterministic,
             "next_seq": self.next_seq,

@@ -88,7 +88,9 @@ class StreamRuntime(abc.ABC):
         self.deterministic = bool(source.deterministic)
         self.counters = StreamCounters()
         self._last_ts: float | None = None
-        self.aggregates = StreamAggregates(cfg, aggregate_source or source) if cfg.aggregates else None
+        #: The stream's Markov model, built once (a calibration file is read once).
+        self.chain = cfg.chain()
+        self.aggregates = StreamAggregates(cfg, self.chain, aggregate_source or source) if cfg.aggregates else None
         self._aggregate_releases: list[tuple[int, AggregateRelease]] = []
         self._ledger_events: list[Event] = []
 
@@ -210,7 +212,7 @@ class RedactionRuntime(StreamRuntime):
                  aggregate_source: BitSource | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
-        self.plan: StreamPlan = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+        self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                      first_seq=resume.first_seq, first_phys=resume.first_phys,
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
