@@ -36,6 +36,8 @@ import time as _time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from .._json import json_number
+
 if TYPE_CHECKING:
     from ..quilt.release import AggregateRelease
 
@@ -102,10 +104,6 @@ def _json_value(value: Any, what: str) -> Any:
         raise EventError(f"{what}: not JSON-serialisable (finite numbers, strings, lists, objects)") from None
 
 
-def _jsonable_number(x: float) -> float | str:
-    return "inf" if math.isinf(x) else x
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Event:
     """Fields every event has: the stream (``device``, ``stream``) and the time it was made."""
@@ -133,7 +131,7 @@ class _Event:
         doc = {"family": self.family}
         for f in fields(self):
             v = getattr(self, f.name)
-            doc[f.name] = _jsonable_number(v) if isinstance(v, float) else v
+            doc[f.name] = json_number(v) if isinstance(v, float) else v
         return doc
 
 
@@ -319,9 +317,9 @@ class ChannelEvent(_Event):
 
     def to_json(self) -> dict[str, Any]:
         doc = super().to_json()
-        doc["claims"] = [{"notion": c.notion, "epsilon": _jsonable_number(c.epsilon)} for c in self.claims]
+        doc["claims"] = [{"notion": c.notion, "epsilon": json_number(c.epsilon)} for c in self.claims]
         if self.stream_leakage is not None:
-            doc["stream_leakage"] = _jsonable_number(self.stream_leakage)
+            doc["stream_leakage"] = json_number(self.stream_leakage)
         return doc
 
 

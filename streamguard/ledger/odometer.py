@@ -19,9 +19,9 @@ stream's 0-based record positions (the published ``seq``). Unbounded values are 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from .._json import json_number
 from .book import StreamBook
 from .composition import Composed, MqmRelease, thm_II6, thm_III7
 from .events import LDP_X, AggregateEvent
@@ -36,16 +36,10 @@ UNDER_THE_MODEL = (
 SEEDED_NOTE = "a release used the deterministic (seeded) sampler: its noise is predictable and gives no privacy"
 
 
-def _num(x: float | None) -> float | str | None:
-    if x is None:
-        return None
-    return "inf" if math.isinf(x) else float(x)
-
-
 def _budget(value: float | None, budget: float | None) -> dict[str, Any]:
     if budget is None:
         return {"budget": None, "remaining": None}
-    return {"budget": budget, "remaining": None if value is None else _num(budget - value)}
+    return {"budget": budget, "remaining": None if value is None else json_number(budget - value)}
 
 
 def _recent(items: list[Any], limit: int | None) -> tuple[list[Any], bool]:
@@ -65,7 +59,7 @@ def paper_rules(own: list[AggregateEvent], others: int) -> dict[str, Any]:
                                            "the paper's rules compose releases of one model"}
             continue
         verdict = rule([MqmRelease(ev.epsilon, ev.lo, ev.hi, ev.model, ev.mode, ev.T) for ev in own])
-        out[name] = ({"epsilon": _num(verdict.epsilon)} if isinstance(verdict, Composed)
+        out[name] = ({"epsilon": json_number(verdict.epsilon)} if isinstance(verdict, Composed)
                      else {"not_applicable": verdict.reason})
     return out
 
@@ -82,7 +76,7 @@ def aggregate_section(book: StreamBook, budget: float | None, limit: int | None)
         entry: dict[str, Any] = {
             "model": mid,
             "mode": own[0].mode if own else None,
-            "eps_max": _num(float(acc.eps_max())),
+            "eps_max": json_number(float(acc.eps_max())),
             "releases_calibrated": len(own),
         }
         entry["paper"] = paper_rules(own, others)
@@ -92,7 +86,7 @@ def aggregate_section(book: StreamBook, budget: float | None, limit: int | None)
     out: dict[str, Any] = {
         "rule": "per-position quilt accountant over all aggregate releases (notes/002 §4.7); "
                 "the guarantee under the union of the models is the worst of them",
-        "epsilon": _num(eps),
+        "epsilon": json_number(eps),
         **_budget(eps, budget),
         "releases": len(events),
         "covered": list(book.span("aggregate") or []),
@@ -118,8 +112,8 @@ def redaction_section(book: StreamBook, budget: float | None, limit: int | None)
         bad = next((ev for ev in evs if not ev.honoured), None)
         marks.append({
             "position": p, "seq": worst.seq, "plan": worst.plan, "epsilon": worst.epsilon,
-            "left": _num(max(ev.left for ev in evs)), "right": _num(max(ev.right for ev in evs)),
-            "total": _num(worst.total), "honoured": bad is None,
+            "left": json_number(max(ev.left for ev in evs)), "right": json_number(max(ev.right for ev in evs)),
+            "total": json_number(worst.total), "honoured": bad is None,
             "reason": None if bad is None else bad.reason, "events": len(evs),
         })
     worst_mark = max(marks, key=lambda m: book.mark_leakage(m["position"]))
@@ -128,7 +122,7 @@ def redaction_section(book: StreamBook, budget: float | None, limit: int | None)
     return {
         "rule": "each private position's exact leakage; marks combine by the element-wise maximum of "
                 "their rows, a post-processing of each (notes/000 §4.5)",
-        "epsilon": _num(eps),
+        "epsilon": json_number(eps),
         **_budget(eps, budget),
         "count": len(marks),
         "not_honoured": sum(not m["honoured"] for m in marks),
@@ -145,10 +139,10 @@ def channel_section(book: StreamBook, budget: float | None, limit: int | None) -
     claims: dict[str, Any] = {}
     ldp = book.ldp_x_max()
     if ldp is not None:
-        claims[LDP_X] = {"epsilon": _num(ldp), "composed": True,
+        claims[LDP_X] = {"epsilon": json_number(ldp), "composed": True,
                          "rule": "ε-LDP about a record composes by summation over the channels that released it"}
     for notion, value in sorted(book.notion_claims().items()):
-        claims[notion] = {"epsilon": _num(value), "composed": value is not None,
+        claims[notion] = {"epsilon": json_number(value), "composed": value is not None,
                           "rule": "one channel per record" if value is not None else
                                   "a record was released by two channels with this notion; no theorem composes them"}
     leak, why = book.stream_leakage()
@@ -162,7 +156,7 @@ def channel_section(book: StreamBook, budget: float | None, limit: int | None) -
         "covered": list(book.span("channel") or []),
         "channels": sorted({ev.channel for ev in stated}),
         "claims": claims,
-        "stream_leakage": {"epsilon": _num(leak), "composed": why is None, "reason": why,
+        "stream_leakage": {"epsilon": json_number(leak), "composed": why is None, "reason": why,
                            "models": sorted({ev.model for ev in stated if ev.model is not None})},
         "records": recent,  # [lo, hi, channel]
         "records_truncated": truncated,
@@ -192,7 +186,7 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
             "count": len(refusals),
             "by_family": by_family,
             "last": None if last is None else {
-                "family": last.event.family, "guarantee": last.guarantee, "would_be": _num(last.would_be),
+                "family": last.event.family, "guarantee": last.guarantee, "would_be": json_number(last.would_be),
                 "budget": last.budget, "time": last.stored_at, "span": list(last.event.span())},
         },
         "budgets": dict(sorted(budgets.items())),

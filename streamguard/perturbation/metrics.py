@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .._json import json_number
 from .model import Joint, ModelInputError, PerturbationChannel
 
 #: The keys of :func:`channel_metrics`, in report order.
@@ -145,7 +146,7 @@ def metrics_json(metrics: dict[str, float]) -> dict[str, Any]:
     nan = next((k for k, v in metrics.items() if math.isnan(v)), None)
     if nan is not None:
         raise ModelInputError(f"metrics: {nan} is not a number (NaN)")
-    return {k: ("inf" if v == math.inf else v) for k, v in metrics.items()}
+    return {k: json_number(v) for k, v in metrics.items()}
 
 
 def _float(v: int | float) -> float:

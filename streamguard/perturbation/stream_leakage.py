@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._json import json_number
 from ..audit.brute import MAX_WORK, brute_force_leakage
 from ..audit.exact import exact_leakage
 from ..chain import MarkovChain, ModelError
@@ -83,7 +84,7 @@ class StreamLeakage:
         scope = ("one record in the middle of an unbounded stream (n doubled until the value settled)"
                  if self.method == "exact" else
                  f"the middle record of a window of {self.n} records (a lower bound for longer streams)")
-        return {"leakage": "inf" if self.value == math.inf else self.value, "n": self.n,
+        return {"leakage": json_number(self.value), "n": self.n,
                 "position": self.position + 1, "method": self.method, "converged": self.converged,
                 "lower_bound": self.method != "exact" or not self.converged, "scope": scope}
 

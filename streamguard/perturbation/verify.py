@@ -59,6 +59,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from .._json import json_number
 from .metrics import released_as_itself, require_compatible, row_index
 from .model import MAX_LEVEL, Claim, DesignError, Joint, PerturbationChannel
 from .sampler import SCALE_BITS, exact_integers, quantise
@@ -322,12 +323,8 @@ class ClaimCheck:
 
     def as_dict(self) -> dict[str, Any]:
         return {"claim": self.claim.to_json(), "target": self.target, "constraint": self.constraint,
-                "holds": self.holds, "where": self.where, "realised": _json_num(self.realised),
-                "allowed": _json_num(self.allowed), "note": self.note}
-
-
-def _json_num(v: float) -> float | str:
-    return "inf" if v == math.inf else ("-inf" if v == -math.inf else v)
+                "holds": self.holds, "where": self.where, "realised": json_number(self.realised),
+                "allowed": json_number(self.allowed), "note": self.note}
 
 
 def _claim_text(claim: Claim) -> str:

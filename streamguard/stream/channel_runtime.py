@@ -105,7 +105,7 @@ class ChannelRuntime(StreamRuntime):
     def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource, *, resume: Resume = FRESH,
                  aggregate_source: BitSource | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
-        from ..perturbation.metrics import channel_metrics
+        from ..perturbation.metrics import channel_metrics, metrics_json
         from ..perturbation.sampler import ChannelSampler
         from ..perturbation.stream_leakage import stream_leakage_report
 
@@ -118,6 +118,7 @@ class ChannelRuntime(StreamRuntime):
         self.next_phys = resume.first_phys
         self._reserved = resume.first_phys  # positions below this are covered by a ledger event
         self.metrics = channel_metrics(self.channel, self.joint)
+        self._metrics_json = metrics_json(self.metrics)
         self.stream_leakage = (stream_leakage_report(self.channel, self.chain) if self.channel.inputs == "x"
                                else None)
         # what the ledger states: only an exact (converged) value is a bound for the stream
@@ -216,7 +217,7 @@ class ChannelRuntime(StreamRuntime):
                          "stream_leakage is the exact leakage about one record of the whole correlated "
                          "stream under the Markov model",
             "per_record": [c.to_json() for c in self.channel.claims],
-            "metrics": _finite(self.metrics),
+            "metrics": self._metrics_json,
             "stream_leakage": self.stream_leakage,
             "model": {"matrix": self.chain.matrix.tolist(), "stationary": self.chain.stationary},
             "joint": self.joint.p.tolist(),  # the P(S, X) the per-record claims hold under
@@ -224,8 +225,3 @@ class ChannelRuntime(StreamRuntime):
             "next_seq": self.next_seq,
             "counters": self.counters.as_dict(),
         }
-
-
-def _finite(d: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no infinity: report it as the string "inf"."""
-    return {k: ("inf" if isinstance(v, float) and v == float("inf") else v) for k, v in d.items()}

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .._json import json_number
 from ..audit.exact import Leakage, side_range
 from ..channel import redaction_tables, revealing
 from ..redaction.plan import StreamPlan
@@ -109,10 +110,10 @@ class Mark:
             "late": self.late,
             "honoured": self.honoured,
             "reason": self.reason,
-            "left_leakage": _json_number(self.left_leakage),
-            "right_budget": _json_number(self.right_budget),
+            "left_leakage": json_number(self.left_leakage),
+            "right_budget": json_number(self.right_budget),
             "achieved": None if self.achieved is None else {
-                k: _json_number(v) for k, v in self.achieved.as_dict().items()},
+                k: json_number(v) for k, v in self.achieved.as_dict().items()},
         }
 
     def state(self) -> dict[str, Any]:
@@ -129,13 +130,6 @@ class Mark:
                    np.ones((int(s["right_len"]), 2)), late=bool(s["late"]), honoured=bool(s["honoured"]),
                    reason=s["reason"], left_leakage=s["left_leakage"], right_budget=s["right_budget"],
                    left_reach=int(s["left_reach"]))
-
-
-def _json_number(x: float | None) -> float | str | None:
-    """JSON has no infinity: an unbounded leakage is reported as the string "inf"."""
-    if x is None:
-        return None
-    return "inf" if math.isinf(x) else x
 
 
 @dataclass
