@@ -31,7 +31,7 @@ from ..config import ChannelConfig, Settings, StreamConfig
 from ..ledger.events import ChannelClaim, ChannelEvent
 from ..perturbation import Joint, PerturbationChannel
 from ..sampling import BitSource
-from .records import Rejection, SensitiveField
+from .records import RawRecord, Rejection, SensitiveField
 from .runtime import FRESH, Resume, StreamRuntime
 
 #: Positions one ledger event of a channel stream covers (see ``ChannelRuntime._reserve``).
@@ -133,15 +133,18 @@ class ChannelRuntime(StreamRuntime):
         assert self.cfg.channel is not None
         return self.cfg.channel.sensitive() if self.channel.inputs == "sx" else None
 
+    def _outside_model(self, rec: RawRecord) -> Rejection | None:
+        """The joint says this (s, x) cannot happen: the channel's row for it was never checked
+        against the claims (a hand-made channel may release anything there) — fail closed."""
+        if rec.sensitive is not None and self.joint.p[rec.sensitive, rec.state] == 0:
+            return Rejection("outside-model", "fields 'value' and the sensitive attribute form a pair the "
+                                              "model gives probability 0")
+        return None
+
     def on_frame(self, data: bytes, now: float) -> tuple[list[ChannelRelease], Rejection | None]:
         rec = self._parse(data, now)
         phys = self.next_phys
         self.next_phys += 1
-        if not isinstance(rec, Rejection) and rec.sensitive is not None and self.joint.p[rec.sensitive, rec.state] == 0:
-            # the joint says this (s, x) cannot happen: the channel's row for it was never checked
-            # against the claims (a hand-made channel may release anything there) — fail closed
-            rec = self._reject("outside-model", "fields 'value' and the sensitive attribute form a pair the "
-                                                "model gives probability 0")
         if isinstance(rec, Rejection):
             self._observe(phys, None)
             return [], rec

@@ -142,22 +142,20 @@ class StreamRuntime(abc.ABC):
 
     def _parse(self, data: bytes, now: float) -> RawRecord | Rejection:
         rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts, sensitive=self._sensitive())
+        if not isinstance(rec, Rejection):
+            rec = self._outside_model(rec) or rec
         if isinstance(rec, Rejection):
-            return self._count_rejection(rec)
+            n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
+            if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
+                log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
+            return rec
         self._last_ts = rec.ts
         self.counters.accepted += 1
         return rec
 
-    def _count_rejection(self, rec: Rejection) -> Rejection:
-        n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
-        if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
-            log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
-        return rec
-
-    def _reject(self, reason: str, message: str) -> Rejection:
-        """Reject a frame that parsed but cannot be privatized (it was counted as accepted)."""
-        self.counters.accepted -= 1
-        return self._count_rejection(Rejection(reason, message))
+    def _outside_model(self, rec: RawRecord) -> Rejection | None:
+        """A well-formed record the mechanism cannot privatize under its model (none by default)."""
+        return None
 
     def _sensitive(self) -> SensitiveField | None:
         return None
