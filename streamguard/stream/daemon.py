@@ -406,10 +406,9 @@ class Daemon:
         await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
         failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
                         and w.exception() is not None), None)
-        if isinstance(failure, InUse):
-            log.error("%s", failure)
-        elif failure is not None:
-            log.error("stopping: a task failed: %s", failure)
+        if failure is not None:
+            if not isinstance(failure, InUse):  # (InUse: the caller reports it, in one line)
+                log.error("stopping: a task failed: %s", failure)
         elif not stop.is_set():
             log.info("stopping: the input ended")
         deadline = asyncio.get_running_loop().time() + SHUTDOWN_TIMEOUT
