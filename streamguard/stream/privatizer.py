@@ -302,6 +302,21 @@ class StreamPrivatizer:
             return mark
         return self._mark_at(s, self._phys_of_seq[s], source)
 
+    @property
+    def memory(self) -> int:
+        """How many recent steps the core remembers (rows, seqs, timestamps)."""
+        return self._keep
+
+    def mark_lost(self, *, source: str, ts: float | None) -> Mark:
+        """A request to make private a step older than the core's memory: it was decided long ago
+        and cannot be protected any more — reported as not honoured, unbounded, never hidden."""
+        mark = Mark(None, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True, honoured=False,
+                    reason="the step was decided too long ago to protect", achieved=UNBOUNDED,
+                    leakage=UNBOUNDED, ts=ts)
+        self.finished.append(mark)
+        self.mark_events.append(mark)
+        return mark
+
     def mark_position(self, p: int, *, source: str = "flag") -> Mark:
         """Make physical step ``p`` private (a step the owner identified otherwise than by seq: a
         redelivered frame that asks to be private, a rejected or missing step in a schedule)."""
