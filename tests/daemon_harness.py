@@ -35,7 +35,7 @@ from streamguard.stream.daemon import Daemon
 from streamguard.stream.transport import Backoff, Message, MqttTransport, reconnecting
 
 FAST = Backoff(base=0.02, cap=0.2)
-RECORD_KEYS = {"device", "stream", "seq", "ts", "value", "redacted", "mode"}
+RECORD_KEYS = {"device", "stream", "seq", "ts", "value", "redacted", "redaction", "mode"}
 AGGREGATE_KEYS = {"device", "stream", "index", "kind", "lo", "hi", "values", "sigma", "beta", "lipschitz", "epsilon",
                   "model", "witness", "influence", "mode"}
 PRIVACY_KEYS = {"stream", "epsilon", "horizons", "plan_leakage", "open_marks", "recent_marks", "restarted",
@@ -252,6 +252,8 @@ def check_message(m: Message, *, base: str, device: str, labels: dict[str, Seque
             assert isinstance(r["seq"], int) and r["seq"] >= 0 and isinstance(r["ts"], float)
             assert isinstance(r["redacted"], bool) and (r["value"] is None) == r["redacted"]
             assert r["redacted"] or r["value"] in labels[stream]
+            row = r["redaction"]  # the redaction row used: Pr(⊥ | state) per state
+            assert isinstance(row, list) and len(row) == len(labels[stream]) and all(0 <= x <= 1 for x in row)
             assert r["mode"] in ("csprng", "deterministic") and (mode is None or r["mode"] == mode)
         return "data"
     if kind == "aggregate":  # a noisy window: positions and noisy numbers only
