@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
+from streamguard.chain import MarkovChain
 from streamguard.cli import main
 from streamguard.config import Settings
-from streamguard.ledger.events import EventError, RedactionEvent
+from streamguard.ledger.events import AggregateEvent, EventError, RedactionEvent
 from streamguard.ledger.odometer import odometer
 from streamguard.ledger.store import Ledger
+from streamguard.quilt import QuiltAccountant, QuiltModel, sigma_inf
 from streamguard.sampling import SeededSource
 from streamguard.stream.runtime import RedactionRuntime
 
@@ -213,3 +215,27 @@ def test_redaction_events_take_inf_only_for_marks_not_honoured(change: dict[str,
     with pytest.raises(EventError) as info:
         RedactionEvent(**base | change)
     assert str(info.value).startswith(message)
+
+
+def test_a_stream_whose_only_mark_has_no_known_position_states_why_families_are_not_composed(
+        tmp_path: Path) -> None:
+    """Aggregates on positions 0..19 and one mark whose position is unknown: the odometer cannot say
+    whether the two families share positions, and says so instead of calling them disjoint."""
+    model = QuiltModel(MarkovChain.binary(ALPHA, BETA), "stat")
+    sigma = sigma_inf(model, 1.0).sigma
+    with Ledger.open(tmp_path / "ledger.sqlite") as led:
+        led.commit(AggregateEvent(device="dev", stream="s", kind="histogram", lo=0, hi=19, lipschitz=2.0,
+                                  beta=2 * sigma, sigma=sigma, epsilon=1.0, model=model.identifier, mode="stat",
+                                  witness={}, t_independent=True, sampler="csprng", deterministic=False), model=model)
+        led.commit(RedactionEvent(device="dev", stream="s", position=None, seq=7, plan="3R:optimal", epsilon=1.0,
+                                  left=math.inf, right=math.inf, total=math.inf, honoured=False,
+                                  reason="the record was published too long ago"))
+        doc = odometer(led, "dev", "s")
+    [both] = doc["composition"]
+    assert both["families"] == ["aggregate", "redaction"] and both["composed"] is False
+    assert both["shared_positions"] is None and "positions of some aggregate or redaction releases are unknown" \
+        in both["reason"]
+    alone = QuiltAccountant(model)  # the aggregate's figure is its own: the mark's inf stays in its family
+    alone.record(0, 19, 2.0 / (2 * sigma))
+    assert doc["aggregate"]["epsilon"] == pytest.approx(alone.eps_max(), rel=1e-12) and alone.eps_max() <= 1.0 + 1e-9
+    assert doc["redaction"]["epsilon"] == "inf"
