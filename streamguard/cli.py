@@ -1,7 +1,8 @@
 """Command-line interface: ``streamguard plan`` and ``streamguard audit``.
 
 Positions on the command line and in JSON are 1-based, as in the papers; the library is 0-based.
-Errors are one line on stderr naming the problem (never a data value), exit status 2.
+Errors are one line on stderr naming the problem (never a data value), exit status 2; ``run``
+exits with :data:`EXIT_IN_USE` when another streamguard holds its outbox, ledger or MQTT identity.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from .channel import ChannelError, ChannelSequence
 from .redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from .redaction.design import DESIGNS
 from .redaction.plan import RedactionPlan, plan_redaction, plan_stream
+
+
+#: ``run``'s exit status when another streamguard holds the outbox or the ledger (it exits at once)
+#: or took over the MQTT client id (it stops): EX_TEMPFAIL.
+EXIT_IN_USE = 75
 
 
 class CliError(Exception):
@@ -414,6 +420,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .config import load_settings
     from .stream.daemon import Daemon, stdin_frames
+    from .stream.outbox import InUse
 
     settings = load_settings(Path(args.config))
     _setup_logging(settings.log_level)
@@ -428,11 +435,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_signal() -> None:  # the first stops in order (bounded); a second one cuts it short
+            if stop.is_set():
+                task.cancel()
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         await Daemon(settings, extra_sources=sources).run(stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except InUse as exc:  # another daemon holds the outbox, the ledger or the MQTT identity
+        print(f"streamguard: {exc}", file=sys.stderr)
+        return EXIT_IN_USE
+    except asyncio.CancelledError:  # a second SIGTERM/SIGINT
+        print("streamguard: stopped by a second signal before the shutdown finished", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -533,7 +555,10 @@ def build_parser() -> argparse.ArgumentParser:
     pz.set_defaults(func=cmd_privatize)
 
     r = sub.add_parser("run", help="run the daemon", description="Run the privatizing daemon until SIGTERM/SIGINT: "
-                       "raw frames in (MQTT, stdin or simulated), sanitized records out over MQTT.")
+                       "raw frames in (MQTT, stdin or simulated), sanitized records out over MQTT. The first "
+                       "signal stops in order within 20 s; a second one cuts the shutdown short (exit status 1). "
+                       f"Exit status {EXIT_IN_USE} (EX_TEMPFAIL): another streamguard holds the outbox or the "
+                       "ledger (at start) or took over the MQTT client id.")
     r.add_argument("--config", required=True, help="TOML configuration (see examples/streamguard.toml)")
     r.set_defaults(func=cmd_run)
 

@@ -10,6 +10,7 @@ ignored). Unknown keys are errors. Validation errors name the key, e.g.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -62,6 +63,9 @@ class ModelConfig(_Strict):
     beta: float | None = Field(None, gt=0, lt=1)
     matrix: list[list[float]] | None = None
     calibration: Path | None = None
+    #: The law of the stream's first reading (and of the first after the sensor restarts), when it
+    #: is known; without it the guarantee holds for every initial law (DESIGN.md §3).
+    initial: list[float] | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> ModelConfig:
@@ -70,6 +74,10 @@ class ModelConfig(_Strict):
             raise ValueError("a binary model needs both alpha and beta")
         if binary + (self.matrix is not None) + (self.calibration is not None) != 1:
             raise ValueError("give exactly one of: alpha and beta, matrix, calibration")
+        if self.initial is not None:
+            law = self.initial
+            if not all(math.isfinite(x) and x >= 0 for x in law) or abs(sum(law) - 1.0) > 1e-9:
+                raise ValueError("initial: a law of the first reading (non-negative, summing to 1)")
         return self
 
     def chain(self, states: StateMap) -> MarkovChain:
@@ -100,6 +108,24 @@ class ScheduleWindow(_Strict):
         if self.start <= self.end:
             return self.start <= t < self.end
         return t >= self.start or t < self.end
+
+    def near(self, ts: float, guard: float) -> bool:
+        """Does [ts − guard, ts + guard] meet the window (local time, every day)? Used where the
+        time of a step is uncertain (a rejected frame stamped by the daemon's clock)."""
+        if self.contains(ts):
+            return True
+        lo, hi = ts - guard, ts + guard
+        first = dt.datetime.fromtimestamp(lo).date() - dt.timedelta(days=1)
+        last = dt.datetime.fromtimestamp(hi).date()
+        day = first
+        while day <= last:
+            begin = dt.datetime.combine(day, self.start).timestamp()
+            end_day = day if self.start < self.end else day + dt.timedelta(days=1)
+            end = dt.datetime.combine(end_day, self.end).timestamp()
+            if begin <= hi and lo < end:
+                return True
+            day += dt.timedelta(days=1)
+        return False
 
 
 CHANNEL_KINDS = ("rr", "rr-prior", "watchdog", "watchdog-subset", "aorr", "srr", "linear", "linear-optimal",
@@ -194,6 +220,13 @@ class StreamConfig(_Strict):
     delay: int | None = Field(None, ge=0)
     max_hold: float | None = Field(None, gt=0)
     schedule: list[ScheduleWindow] = []
+    #: A frame whose time is uncertain (rejected: its own ``ts`` or, unreadable, the daemon's clock)
+    #: is private when it lies within this many seconds of a schedule window (fail closed).
+    schedule_guard: float = Field(60.0, ge=0, le=3600)
+    #: The sensor's sample period (seconds). With it a step is a slot of this grid: frames in a slot
+    #: already seen are redeliveries, and slots with no frame are missing readings (redacted steps).
+    #: Without it every distinct timestamp is a step.
+    sample_period: float | None = Field(None, gt=0, le=86_400, allow_inf_nan=False)
     sim_rate: float = Field(10.0, gt=0, le=100_000)  # frames/s of a ``source = "sim"`` stream
 
     @model_validator(mode="after")
@@ -208,6 +241,8 @@ class StreamConfig(_Strict):
             raise ValueError(f"model: {exc}") from None
         if chain.k != smap.k:
             raise ValueError(f"the model has {chain.k} states but {smap.k} labels/bins are configured")
+        if self.model.initial is not None and len(self.model.initial) != chain.k:
+            raise ValueError(f"model.initial: one probability per state ({chain.k})")
         if self.mechanism == "redaction":
             if chain.k != 2:
                 raise ValueError("3R redaction needs a binary stream (two labels or two bins)")

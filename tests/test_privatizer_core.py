@@ -35,9 +35,18 @@ def _feed(core: StreamPrivatizer, states, flags=(), skips=()):
 
 
 def _window_brute(rows_by_phys, m: Mark, chain=CHAIN, gap_at=None, gap=0) -> float:
-    """Brute-force (or, for long windows, O(n) audit) leakage about mark m's record of the rows used in its window
-    [p − left_reach, p + len(right)], one released record beyond each end (and ``gap`` fully
-    redacted steps inserted before physical index ``gap_at``)."""
+    """Leakage about mark m's record of the rows used in its window [p − left_reach, p + len(right)],
+    one released record beyond each end (and ``gap`` fully redacted steps inserted before physical
+    index ``gap_at``), worst case over the law of the stream's first record (physical index 0):
+
+    - the window starts after index 0: its released stand-in lo − 1 has a law μP^{lo−1} (or μP^{lo},
+      a reading lost before it) for some μ; the leakage is a maximum of ratios of linear functions
+      of that law, so the worst case is at a vertex: a row of P^{lo−1} or P^{lo} — evaluated each by
+      brute-force enumeration (or the O(n) audit with that initial law for long windows);
+    - the window reaches index 0: μ itself is the law; evaluated on a grid of μ (with points next to
+      the point masses, where a supremum may be approached) — a lower bound of the worst case, which
+      the caller compares with a small tolerance.
+    """
     p = m.phys
     lo, hi = max(0, p - max(m.left_reach, m.left.shape[0])), p + m.right.shape[0]
     rows = [(0.0, 0.0)] if lo > 0 else []  # nothing lies before the stream's first frame
@@ -50,9 +59,22 @@ def _window_brute(rows_by_phys, m: Mark, chain=CHAIN, gap_at=None, gap=0) -> flo
         rows.append(rows_by_phys.get(t, (0.0, 0.0)))
     rows.append((0.0, 0.0))
     seq = ChannelSequence.from_redaction(np.array(rows))
-    if seq.n <= 9:
-        return brute_force_leakage(chain, seq, index_p)
-    return exact_leakage(chain, seq, index_p).total  # too long to enumerate: the O(n) audit
+    if lo > 0:
+        vertices = list(np.linalg.matrix_power(chain.matrix, lo - 1)) + list(np.linalg.matrix_power(chain.matrix, lo))
+        # a vertex may make a released value of the stand-in impossible; the supremum is then
+        # approached next to it, inside the set: evaluate there too
+        laws = vertices + [(1 - 1e-11) * v + 1e-11 * w for v in vertices for w in vertices]
+    else:
+        u = np.r_[np.linspace(0.02, 0.98, 49), 1e-9, 1e-6, 1e-3, 1 - 1e-3, 1 - 1e-6, 1 - 1e-9]
+        laws = [np.array([1 - x, x]) for x in u]
+    worst = 0.0
+    for law in laws:
+        c = MarkovChain(chain.matrix, np.clip(law, 0.0, 1.0) / np.clip(law, 0.0, 1.0).sum())
+        if seq.n <= 9 and lo > 0:
+            worst = max(worst, brute_force_leakage(c, seq, index_p))
+        else:
+            worst = max(worst, exact_leakage(c, seq, index_p).total)  # the O(n) audit for that law
+    return worst
 
 
 def test_on_time_mark_applies_the_plan_table_and_reports_its_exact_leakage():
@@ -88,8 +110,13 @@ def test_late_mark_uses_the_rows_that_were_published():
     for i in range(12):
         core.accept(0, float(i), now=float(i))
     m = core.mark(9)  # 9 is pending, 8 and 7 were decided as released
-    assert m.late and not m.honoured  # a released neighbour at distance 1 carries log 20 > ε
-    assert m.left_leakage == pytest.approx(math.log(20), rel=1e-12)
+    assert m.late and not m.honoured  # a released neighbour at distance 1 carries ≈ log 20 > ε
+    # X_8 = 1 released: Pr(X_8=1 | X_9=a) ∝ P(1,a)/Pr(X_9=a); worst over the law μ of the first
+    # record, Pr(X_9=0)/Pr(X_9=1) is largest at a point mass (log 20 for the stationary start)
+    P9 = np.linalg.matrix_power(CHAIN.matrix, 9)
+    worst = math.log(CHAIN.matrix[1, 1] / CHAIN.matrix[1, 0]) + math.log(max(P9[:, 0] / P9[:, 1]))
+    assert worst > math.log(20)
+    assert m.left_leakage == pytest.approx(worst, rel=1e-12)
     core.drain()
     assert m.achieved.total > 1.0
     assert m.achieved.total == pytest.approx(_window_brute(core._rows, m), abs=1e-9)

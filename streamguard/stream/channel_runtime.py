@@ -33,6 +33,7 @@ from ..perturbation import Joint, PerturbationChannel
 from ..sampling import BitSource
 from .records import RawRecord, Rejection, SensitiveField
 from .runtime import FRESH, Resume, StreamRuntime
+from .steps import MEMORY, StepTracker
 
 #: Positions one ledger event of a channel stream covers (see ``ChannelRuntime._reserve``).
 RESERVE = 4096
@@ -116,6 +117,7 @@ class ChannelRuntime(StreamRuntime):
         self.source = source
         self.next_seq = resume.first_seq
         self.next_phys = resume.first_phys
+        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=MEMORY)
         self._reserved = resume.first_phys  # positions below this are covered by a ledger event
         self.metrics = channel_metrics(self.channel, self.joint)
         self._metrics_json = metrics_json(self.metrics)
@@ -142,9 +144,16 @@ class ChannelRuntime(StreamRuntime):
         return None
 
     def on_frame(self, data: bytes, now: float) -> tuple[list[ChannelRelease], Rejection | None]:
-        rec = self._parse(data, now)
+        rec, step = self._intake(data, now)
+        if not step.new:  # a redelivered reading: drawn once, never twice
+            return [], rec if isinstance(rec, Rejection) else None
+        for missing in step.missing:  # readings that never arrived still occupy their steps
+            self._observe(self.next_phys, None)
+            self.next_phys += 1
+            self.steps.taken(missing)
         phys = self.next_phys
         self.next_phys += 1
+        self.steps.taken(rec.ts)
         if isinstance(rec, Rejection):
             self._observe(phys, None)
             return [], rec

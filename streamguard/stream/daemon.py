@@ -11,9 +11,22 @@ Tasks (DESIGN.md §6):
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
 
 Every decision is stored in the outbox (with the redaction rows used and the open marks) before
-it can be published — by one writer task that commits whatever has queued up as one group; a retry resends the stored bytes, never a new draw. SIGTERM/SIGINT (or the
-``stop`` event) end intake, decide what is pending, drain the outbox within a deadline, publish
-``offline`` and disconnect. Nothing here logs a reading: frames are counted, never printed.
+it can be published — by one writer task that commits whatever has queued up as one group; a retry resends the stored bytes, never a new draw. A decision is queued for the writer in the
+same step that makes it, so the store queue (and the outbox, and the publisher) holds each
+stream's records in seq order, and a decided record is never lost to a cancelled wait.
+
+SIGTERM/SIGINT (or the ``stop`` event) end intake, decide what is pending, store everything
+decided (under ``stop-input`` past ``max_records`` if the outbox is full), drain the outbox, publish
+``offline`` and disconnect — all within ``SHUTDOWN_TIMEOUT`` (inside the systemd unit's
+``TimeoutStopSec``); what is not acknowledged by then stays in the outbox for the next start.
+
+One daemon per outbox: :meth:`Daemon.run` holds an exclusive lock on the outbox and the ledger
+(:class:`~.outbox.ExclusiveLock`) and raises :class:`~.outbox.InUse` at once if another process
+holds either. One daemon per identity: the retained status carries a random ``instance`` token;
+a daemon that finds, after it first went online, another instance's status on its status topic
+(another streamguard took over its client id or runs the same device) raises
+:class:`~.outbox.InUse` and stops without reconnecting, draining or publishing ``offline`` (which
+would disturb the other one). Nothing here logs a reading: frames are counted, never printed.
 """
 
 from __future__ import annotations
@@ -22,6 +35,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import secrets
 import sys
 import time
 from collections import deque
@@ -35,11 +50,11 @@ from ..ledger.odometer import odometer
 from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
-from .outbox import AsyncOutbox, Full, Item, Outbox
+from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox
 from .privatizer import Mark
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime, make_runtime
-from .transport import MqttTransport, Transport, TransportError, reconnecting
+from .transport import Message, MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +69,16 @@ TICK_INTERVAL = 0.2
 ODOMETER_LIMIT = 20
 #: Aggregate noise of stream i is drawn from deterministic stream AGGREGATE_STREAMS + i (seeded mode).
 AGGREGATE_STREAMS = 1000
-DRAIN_TIMEOUT = 10.0
+#: Everything after intake stopped (store, drain, ``offline``) ends within this many seconds; with
+#: the two TASK_STOP_TIMEOUT waits outside it (writer, publisher: normally instant) a shutdown takes
+#: at most 18 s, less than the systemd unit's TimeoutStopSec (deploy/streamguard.service, 20 s).
+SHUTDOWN_TIMEOUT = 14.0
+#: Of it, kept for publishing ``offline`` after the drain.
+OFFLINE_RESERVE = 3.0
+#: Seconds to wait for the intake tasks to end once cancelled (each is re-cancelled meanwhile).
+TASK_STOP_TIMEOUT = 2.0
+#: Seconds to wait for the retained status (the takeover check) before going ``online``.
+CLAIM_WAIT = 1.0
 
 FrameSource = Callable[[], AsyncIterator[tuple[str, bytes]]]
 
@@ -89,6 +113,12 @@ class Daemon:
         self._queued = asyncio.Event()
         self._room = asyncio.Event()
         self._idle = asyncio.Event()
+        self._closing = False  # intake has stopped: store the rest even past max_records
+        #: Random token in this process's retained status (and will): tells its own status from
+        #: another streamguard's on the same topic.
+        self.instance = secrets.token_hex(8)
+        self._claimed = False  # published "online" at least once
+        self._status_checked = asyncio.Event()
 
     # -- set-up -------------------------------------------------------------------------------
     async def _restore(self, box: AsyncOutbox) -> None:
@@ -141,7 +171,7 @@ class Daemon:
     def _transport(self, suffix: str, *, will: bool) -> MqttTransport:
         s = self.settings
         return MqttTransport(s.broker, s.publish, device=s.device, status_topic=s.topic("status"),
-                             identifier_suffix=suffix, will=will)
+                             identifier_suffix=suffix, will=will, instance=self.instance if will else None)
 
     # -- frames -------------------------------------------------------------------------------
     async def handle_frame(self, stream: str, data: bytes) -> None:
@@ -160,8 +190,20 @@ class Daemon:
         await self._store(rt, [])
 
     async def _store(self, rt: StreamRuntime, releases: list[Any]) -> None:
-        """Queue the decisions, the rows used and the mark states for the writer (in decision
-        order); waits only when the queue is full (the outbox is slow or, under stop-input, full)."""
+        """Queue the decisions, the rows used and the mark states for the writer (:meth:`_enqueue`),
+        then wait while the queue is over ``STORE_QUEUE_LIMIT`` (the outbox is slow or, under
+        stop-input, full): the wait holds back the caller's next intake, never this entry, so
+        cancelling it loses nothing. The queue exceeds the limit by at most one entry per intake
+        task."""
+        self._enqueue(rt, releases)
+        while len(self._queue) > STORE_QUEUE_LIMIT:
+            self._room.clear()
+            await self._room.wait()
+
+    def _enqueue(self, rt: StreamRuntime, releases: list[Any]) -> None:
+        """Append what ``rt`` decided since the last call to the store queue, synchronously (no
+        await between a decision and its place in the queue: the queue is in decision order, so
+        each stream's records are in seq order)."""
         marks = rt.mark_records()  # (also turns the marks into ledger events)
         entry = _StoreEntry(
             rt.name,
@@ -171,13 +213,9 @@ class Daemon:
             rt.take_ledger_events(),
             [_Aggregate(rt, q, rel) for q, rel in rt.take_aggregates()],
         )
-        if not (entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates):
-            return
-        while len(self._queue) >= STORE_QUEUE_LIMIT:
-            self._room.clear()
-            await self._room.wait()
-        self._queue.append(entry)
-        self._queued.set()
+        if entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates:
+            self._queue.append(entry)
+            self._queued.set()
 
     async def _writer(self) -> None:
         """Group commit: everything queued while the previous transaction ran goes in the next one
@@ -192,8 +230,8 @@ class Daemon:
                 self._room.set()
                 report = any(e.marks or e.aggregates for e in group)  # (persisting empties aggregates)
                 while True:
-                    try:
-                        await self._box.run(self._persist, group)
+                    try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
+                        await self._box.run(self._persist, group, self._closing)
                         break
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
@@ -219,21 +257,25 @@ class Daemon:
     # -- tasks --------------------------------------------------------------------------------
     async def _control_session(self, t: Transport) -> None:
         s = self.settings
+        status_topic = s.topic("status")
+        self._status_checked.clear()
+        # the status first: its retained message (delivered after this SUBACK) is the takeover check
+        await t.subscribe(status_topic)
         for rt in self.runtimes.values():
             await t.subscribe(rt.command_topic())
             if rt.cfg.source == "mqtt":
                 await t.subscribe(rt.raw_topic())
-        # "online" once subscribed: a producer that waits for it loses no frame
-        await t.publish(s.topic("status"), self._status_payload("online"), retain=True)
-        self._status_dirty.set()
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
             routes[rt.command_topic()] = (rt.name, True)
             if rt.cfg.source == "mqtt":
                 routes[rt.raw_topic()] = (rt.name, False)
-        status = asyncio.create_task(self._status_loop(t))
+        status = asyncio.create_task(self._go_online(t))
         try:
             async for msg in t.messages():
+                if msg.topic == status_topic:
+                    self._check_status(msg)
+                    continue
                 route = routes.get(msg.topic)
                 if route is None:
                     continue
@@ -243,13 +285,44 @@ class Daemon:
                 else:
                     await self.handle_frame(name, msg.payload)
         finally:
-            status.cancel()
-            await asyncio.gather(status, return_exceptions=True)
+            await _stop_tasks([status], TASK_STOP_TIMEOUT)
+
+    def _check_status(self, msg: Message) -> None:
+        """Raise :class:`InUse` if ``msg`` (on our status topic) is another streamguard's status
+        that can only have been published since we went online: a live one, or a retained one
+        found on a reconnect after we had claimed the topic (another daemon connected with our
+        client id — taking our connection over — or runs the same device). A retained status of
+        another instance before our first claim is a previous run's (ignored)."""
+        try:
+            body = json.loads(msg.payload)
+            other = body.get("instance") if isinstance(body, dict) else None
+        except ValueError:
+            other = None
+        if isinstance(other, str) and other != self.instance and (self._claimed or not msg.retain):
+            assert self._control is not None
+            raise InUse(f"client id {self._control.identifier} (device {self.settings.device}) was taken over by "
+                        "another streamguard; stopping")
+        self._status_checked.set()
+
+    async def _go_online(self, t: Transport) -> None:
+        """Publish ``online`` once the retained status passed :meth:`_check_status` (or none came
+        within ``CLAIM_WAIT``), then keep the privacy status fresh. Every subscription is in place
+        by then: a producer that waits for ``online`` loses no frame."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLAIM_WAIT):
+                await self._status_checked.wait()
+        await t.publish(self.settings.topic("status"), self._status_payload("online"), retain=True)
+        self._claimed = True
+        self._status_dirty.set()
+        await self._status_loop(t)
 
     async def _status_loop(self, t: Transport) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that arrives as
+            # the event is set, and this loop would outlive the shutdown that cancelled it
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._status_dirty.wait(), STATUS_INTERVAL)
+                async with asyncio.timeout(STATUS_INTERVAL):
+                    await self._status_dirty.wait()
             self._status_dirty.clear()
             for rt in self.runtimes.values():
                 await t.publish(rt.privacy_topic(), await self._privacy_payload(rt), retain=True)
@@ -292,22 +365,32 @@ class Daemon:
             "state": state,
             "streams": [rt.name for rt in self.runtimes.values()],
             "deterministic": s.deterministic_seed is not None,
+            "instance": self.instance,
         }).encode()
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set, then shut down in order (module docstring)."""
+        """Run until ``stop`` is set, then shut down in order (module docstring). Raises
+        :class:`~.outbox.InUse` at once, before opening anything, if another process holds the
+        outbox or the ledger, and after a shutdown if another streamguard took over the
+        identity."""
         s = self.settings
-        async with await AsyncOutbox.open(Outbox.from_config, s.outbox) as box:
-            self._box = box
-            # the ledger lives on the outbox's thread: a group's ledger events commit right before
-            # its records are stored, in one place and order (write-ahead, DESIGN.md §4)
-            self._ledger = await box.run(lambda _b: Ledger.open(s.ledger_path()))
-            try:
-                await self._run(box, stop)
-            finally:
-                ledger, self._ledger = self._ledger, None
-                await box.run(lambda _b: ledger.close())
+        with contextlib.ExitStack() as locks:
+            locked: set[str] = set()
+            for path, what in ((s.outbox.path, "outbox"), (s.ledger_path(), "ledger")):
+                if os.path.abspath(path) not in locked:  # (one lock if both live in one file)
+                    locked.add(os.path.abspath(path))
+                    locks.enter_context(ExclusiveLock(path, what))
+            async with await AsyncOutbox.open(Outbox.from_config, s.outbox) as box:
+                self._box = box
+                # the ledger lives on the outbox's thread: a group's ledger events commit right
+                # before its records are stored, in one place and order (write-ahead, DESIGN.md §4)
+                self._ledger = await box.run(lambda _b: Ledger.open(s.ledger_path()))
+                try:
+                    await self._run(box, stop)
+                finally:
+                    ledger, self._ledger = self._ledger, None
+                    await box.run(lambda _b: ledger.close())
 
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
         s = self.settings
@@ -324,32 +407,41 @@ class Daemon:
         failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
                         and w.exception() is not None), None)
         if failure is not None:
-            log.error("stopping: a task failed: %s", failure)
+            if not isinstance(failure, InUse):  # (InUse: the caller reports it, in one line)
+                log.error("stopping: a task failed: %s", failure)
         elif not stop.is_set():
             log.info("stopping: the input ended")
-        # 1. stop intake  2. decide what is pending  3. drain  4. offline  5. disconnect
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-        stopping.cancel()
+        deadline = asyncio.get_running_loop().time() + SHUTDOWN_TIMEOUT
+        # 1. stop intake  2. decide what is pending  3. store it  4. drain  5. offline  6. disconnect
+        await _stop_tasks([*workers, stopping], TASK_STOP_TIMEOUT)
+        self._closing = True
         for rt in self.runtimes.values():
-            await self._store(rt, rt.drain())
+            self._enqueue(rt, rt.drain())
         if not writer.done():
             try:
-                await asyncio.wait_for(self._flush_stores(), DRAIN_TIMEOUT)
+                async with asyncio.timeout_at(deadline - OFFLINE_RESERVE):
+                    await self._flush_stores()
             except TimeoutError:
-                log.error("shutdown: %d decisions could not be stored in time", len(self._queue))
-        writer.cancel()
-        await asyncio.gather(writer, return_exceptions=True)
-        drained = await self._publisher.drain(DRAIN_TIMEOUT)
-        if not drained:
+                log.error("shutdown: %d decided records could not be stored in time",
+                          sum(len(e.items) for e in self._queue))
+        await _stop_tasks([writer], TASK_STOP_TIMEOUT)
+        taken_over = isinstance(failure, InUse)  # the other daemon owns the identity: leave it alone
+        if not taken_over and not await self._publisher.drain(self._left(deadline) - OFFLINE_RESERVE):
             log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
                         await box.run(len))
-        publisher.cancel()
-        await asyncio.gather(publisher, return_exceptions=True)
-        await self._say_offline()
+        await _stop_tasks([publisher], TASK_STOP_TIMEOUT)
+        if not taken_over:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._say_offline()
+            except TimeoutError:
+                log.warning("could not publish the offline status in time")
         if failure is not None:
             raise failure
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        return max(0.0, deadline - asyncio.get_running_loop().time())
 
     async def _say_offline(self) -> None:
         """A clean DISCONNECT suppresses the will, so publish ``offline`` explicitly."""
@@ -362,13 +454,13 @@ class Daemon:
         except TransportError as exc:
             log.warning("could not publish the offline status: %s", exc)
 
-
-    def _persist(self, box: Outbox, group: list[_StoreEntry]) -> None:
+    def _persist(self, box: Outbox, group: list[_StoreEntry], over_capacity: bool = False) -> None:
         """On the outbox thread: first the group's ledger events (durable; aggregates only if the
         budget filter admits them), then its records, rows used and mark states in one outbox
         transaction — so nothing is publishable before the ledger holds it. The ledger step is
         done once per entry: a retry (the outbox was full under ``stop-input``) only retries the
-        store, with the admitted aggregates already turned into records."""
+        store, with the admitted aggregates already turned into records. ``over_capacity`` is
+        passed to :meth:`Outbox.store` (shutdown)."""
         assert self._ledger is not None
         self._ledger.commit_all([ev for e in group for ev in e.events])
         next_window: dict[str, int] = {}
@@ -386,7 +478,8 @@ class Daemon:
         for e in group:
             decisions.setdefault(e.stream, []).extend(e.decisions)
             marks.setdefault(e.stream, {}).update(e.marks)
-        box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks)
+        box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks,
+                  over_capacity=over_capacity)
 
     def _admit(self, a: _Aggregate) -> bool:
         """The ledger's budget filter for one aggregate release: is it admitted (and recorded)?"""
@@ -418,6 +511,25 @@ class _Aggregate:
     rt: StreamRuntime
     query: int
     release: AggregateRelease
+
+
+async def _stop_tasks(tasks: list[asyncio.Task[Any]], timeout: float) -> None:
+    """Cancel ``tasks`` and wait for them to end, at most ``timeout`` seconds, cancelling again
+    every 0.5 s a task that is still running (a cancel can be swallowed, e.g. by a library's
+    ``wait_for`` on Python 3.11); one that still runs is logged and left behind, so a shutdown
+    never hangs on it. Their exceptions are retrieved (the caller read the one it reports)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pending = {t for t in tasks if not t.done()}
+    while pending and (left := deadline - loop.time()) > 0:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=min(0.5, left))
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()
+    if pending:
+        log.error("shutdown: task(s) %s did not stop when cancelled", ", ".join(sorted(t.get_name() for t in pending)))
 
 
 async def stdin_frames(stream: str) -> AsyncIterator[tuple[str, bytes]]:

@@ -17,19 +17,25 @@ records** (raw readings never touch disk) and what the daemon needs to resume af
 Capacity: at most ``max_records`` records. When a put would exceed it, ``overflow`` decides:
 ``"drop-oldest"`` deletes the oldest records in the same transaction and counts them in
 :attr:`Outbox.dropped` (consumers see a gap in ``seq``); ``"stop-input"`` stores nothing and raises
-:class:`Full`, and the caller stops accepting input until records are acknowledged.
+:class:`Full`, and the caller stops accepting input until records are acknowledged (at
+shutdown the daemon stores its last, already decided records past the limit: ``over_capacity``).
 
 Threading: an :class:`Outbox` is one connection, used from the thread that opened it, by one
 process at a time. Asyncio code uses :class:`AsyncOutbox`, which confines the outbox to one
-dedicated worker thread.
+dedicated worker thread. The daemon holds an :class:`ExclusiveLock` on ``<outbox>.lock`` (and on
+``<ledger>.lock``) from before it opens them until it has closed them, so a second daemon on the
+same files refuses to start (:class:`InUse`) instead of drawing a second decision for a seq.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import functools
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -79,6 +85,55 @@ CREATE TABLE IF NOT EXISTS marks (
 
 class Full(Exception):
     """The outbox is full under the ``stop-input`` policy; nothing of the put was stored."""
+
+
+class InUse(Exception):
+    """Another streamguard holds this outbox or ledger (its lock), or took over this daemon's MQTT
+    identity. The message is one line naming the file or the client id (and the holder's pid when
+    known)."""
+
+
+class ExclusiveLock:
+    """An exclusive, non-blocking ``flock`` on ``<path>.lock`` (created 0600), holding the owner's
+    PID. :meth:`acquire` raises :class:`InUse` at once if another process (or another open of the
+    same lock in this process) holds it. The lock is released by :meth:`release` or when the
+    process dies (the kernel drops it, so a crash leaves no stale lock; the file stays, with the
+    last holder's PID, and is reused)."""
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        self.path = Path(f"{path}.lock")
+        self._target = path
+        self._what = what
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            pid = f" (pid {holder})" if holder.isdigit() else ""
+            raise InUse(f"{self._what} {self._target} is in use by another streamguard{pid}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # drops the flock
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
 
 
 class Item(NamedTuple):
@@ -168,14 +223,22 @@ class Outbox:
         keep: int,
         decisions: Mapping[str, Sequence[tuple[int, float, float]]] | None = None,
         marks: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
+        over_capacity: bool = False,
     ) -> None:
         """:meth:`put` plus, in the same transaction, ``decisions`` (per stream: index, row0, row1)
         and mark reports (per stream: seq → report) — one disk sync for a whole group, and all or
         nothing after a crash. The overflow check comes first, so a :class:`Full` leaves nothing
-        behind and the call can be retried."""
+        behind and the call can be retried.
+
+        ``over_capacity`` (``stop-input`` only) stores the items even past ``max_records`` instead
+        of raising :class:`Full`: the daemon's shutdown keeps what intake already decided (it is
+        bounded by the store queue) rather than losing it. The next puts raise :class:`Full` until
+        acknowledgements bring the outbox back under ``max_records``."""
         excess = self._count + len(items) - self._max
-        if items and excess > 0 and self._overflow == "stop-input":
-            raise Full(f"the outbox holds {self._count} of {self._max} records; {len(items)} more do not fit")
+        if self._overflow == "stop-input":
+            if items and excess > 0 and not over_capacity:
+                raise Full(f"the outbox holds {self._count} of {self._max} records; {len(items)} more do not fit")
+            excess = 0  # stop-input never deletes a stored record
         if not items and not decisions and not marks:
             return
         upto: dict[str, int] = {}

@@ -155,7 +155,8 @@ class Publisher:
             return True
         self.notify()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.idle.wait(), timeout)
+            async with asyncio.timeout(timeout):  # (not wait_for: on 3.11 it can swallow a cancel)
+                await self.idle.wait()
         return self.idle.is_set()
 
     async def _session(self, transport: Transport) -> None:

@@ -54,11 +54,13 @@ class RawRecord:
 @dataclass(frozen=True)
 class Rejection:
     """Why a frame was refused. ``message`` names the field, never the reading. ``private`` says
-    the frame (as far as it could be read) asked to be private: fail closed and protect it."""
+    the frame may carry a request to be private (:func:`parse_frame`): fail closed and protect it.
+    ``ts`` is its timestamp when one could be read (it identifies the step)."""
 
     reason: str
     message: str
     private: bool = False
+    ts: float | None = None
 
 
 @dataclass(frozen=True)
@@ -144,21 +146,57 @@ class SensitiveField:
     states: StateMap
 
 
+class _Object(dict):  # type: ignore[type-arg]
+    """A decoded JSON object that remembers whether it held a key "private" (any case, any
+    escaping — the decoder has resolved ``\\u0070rivate``) with a value other than ``false``."""
+
+    asks_private = False
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    obj = _Object(pairs)
+    obj.asks_private = any(k.strip().lower() == "private" and v is not False for k, v in pairs) or any(
+        isinstance(v, _Object) and v.asks_private for _, v in pairs)
+    return obj
+
+
+def _decode(text: str) -> Any:
+    """JSON with every object an :class:`_Object`; NaN/Infinity refused (:class:`_NonFinite`)."""
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_object)
+
+
+def _asks_private(obj: Any) -> bool:
+    """Does a decoded document carry a private request anywhere (an object in a list included)?"""
+    if isinstance(obj, _Object):
+        return obj.asks_private
+    if isinstance(obj, list):
+        return any(_asks_private(v) for v in obj)
+    return False
+
+
 def parse_frame(
     data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES,
     sensitive: SensitiveField | None = None,
 ) -> RawRecord | Rejection:
-    """Validate one raw frame (see :func:`_parse`); a rejected frame that mentions ``"private"``
-    anywhere — unless it is a readable object with ``"private": false`` — is flagged private."""
+    """Validate one raw frame (see :func:`_parse`).
+
+    "Asked to be private" is read from the decoded document, not from its bytes: a frame is private
+    when any object in it has a key ``private`` (any case) whose value is not ``false`` — so an
+    escaped key, a duplicate key (``{"private": true, "private": false}``) or a nested request
+    counts. A rejected frame that cannot be decoded at all (oversized, not UTF-8, not JSON, nested too
+    deeply) may carry such a request and is private too: fail closed (issue 9 item 8)."""
     result = _parse(data, states, now=now, last_ts=last_ts, max_bytes=max_bytes, sensitive=sensitive)
-    if isinstance(result, Rejection) and b'"private"' in data:
+    if not isinstance(result, Rejection):
+        return result
+    obj: Any = None
+    readable = len(data) <= max_bytes
+    if readable:
         try:
-            explicit_false = json.loads(data).get("private") is False
-        except Exception:  # noqa: BLE001 - unreadable: assume the worst
-            explicit_false = False
-        if not explicit_false:
-            return Rejection(result.reason, result.message, private=True)
-    return result
+            obj = json.loads(data.decode("utf-8"), object_pairs_hook=_object)  # NaN allowed: only keys matter
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            readable = False
+    ts = _finite_float(obj.get("ts")) if isinstance(obj, dict) else None
+    return Rejection(result.reason, result.message, private=not readable or _asks_private(obj), ts=ts)
 
 
 def _parse(
@@ -174,7 +212,7 @@ def _parse(
     except UnicodeDecodeError:
         return Rejection("not-utf8", "frame is not valid UTF-8")
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = _decode(text)
     except _NonFinite:
         return Rejection("not-finite", "frame contains NaN or Infinity")
     except ValueError:
@@ -199,6 +237,7 @@ def _parse(
     private = obj.get("private", False)
     if not isinstance(private, bool):
         return Rejection("bad-private", "field 'private' must be true or false")
+    private = _asks_private(obj)  # a duplicate or nested key asking to be private counts too
     if sensitive is None:
         return RawRecord(state, ts, private)
     if sensitive.field not in obj:

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..config import Settings, StreamConfig
 from ..redaction.plan import StreamPlan, plan_stream
 from ..sampling import BitSource
@@ -28,6 +30,7 @@ from ..ledger.events import Event, RedactionEvent
 from ..quilt.release import AggregateRelease
 from .aggregates import StreamAggregates
 from .records import RawRecord, Rejection, SensitiveField, parse_frame
+from .steps import Step, StepTracker
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
 
@@ -45,6 +48,8 @@ class StreamCounters:
     accepted: int = 0
     released: int = 0
     redacted: int = 0
+    #: Frames that repeated a step already seen (redeliveries) or came after it: no new step.
+    duplicates: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     commands_rejected: Counter[str] = field(default_factory=Counter)
 
@@ -53,6 +58,7 @@ class StreamCounters:
             "accepted": self.accepted,
             "released": self.released,
             "redacted": self.redacted,
+            "duplicates": self.duplicates,
             "rejected": dict(self.rejected),
             "commands_rejected": dict(self.commands_rejected),
         }
@@ -93,6 +99,8 @@ class StreamRuntime(abc.ABC):
         self.aggregates = StreamAggregates(cfg, self.chain, aggregate_source or source) if cfg.aggregates else None
         self._aggregate_releases: list[tuple[int, AggregateRelease]] = []
         self._ledger_events: list[Event] = []
+        #: What a step is (set by each mechanism, which knows where its positions continue).
+        self.steps: StepTracker
 
     def aggregate_topic(self) -> str:
         return self.settings.topic(self.name, "aggregate")
@@ -148,10 +156,19 @@ class StreamRuntime(abc.ABC):
             n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
             if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
                 log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
-            return rec
-        self._last_ts = rec.ts
-        self.counters.accepted += 1
         return rec
+
+    def _intake(self, data: bytes, now: float) -> tuple[RawRecord | Rejection, Step]:
+        """Validate a frame and say which step it is (steps.py); counts accepted records and
+        duplicates (a redelivered or late frame: no new step)."""
+        rec = self._parse(data, now)
+        step = self.steps.classify(rec.ts)
+        if not step.new:
+            self.counters.duplicates += 1
+        elif not isinstance(rec, Rejection):
+            self._last_ts = rec.ts
+            self.counters.accepted += 1
+        return rec, step
 
     def _outside_model(self, rec: RawRecord) -> Rejection | None:
         """A well-formed record the mechanism cannot privatize under its model (none by default)."""
@@ -214,29 +231,58 @@ class RedactionRuntime(StreamRuntime):
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                      first_seq=resume.first_seq, first_phys=resume.first_phys,
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
-                                     restarted=resume.restarted)
+                                     restarted=resume.restarted,
+                                     initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
         self.plan_leakage = self.plan.leakage()
+        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=self.core.memory)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
         self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
 
     # -- input --------------------------------------------------------------------------------
     def on_frame(self, data: bytes, now: float) -> tuple[list[Release], Rejection | None]:
         """Validate and privatize one raw frame. Returns the records decided as a result and the
-        rejection, if any. A rejected frame gets no seq and is never published, but it still
-        occupies a step of the chain, as a record redacted with probability 1 (privatizer.py)."""
-        rec = self._parse(data, now)
+        rejection, if any.
+
+        Steps (steps.py): a redelivered frame (a step already seen) or a late one makes no new step
+        — it only marks the step it repeats private when it asks to be. Slots skipped under a
+        sample period are missing readings. A rejected frame gets no seq and is never published,
+        but it still occupies its step, as a record redacted with probability 1 (privatizer.py); it
+        is private when it may carry a private request or its time — its own ``ts``, else the
+        daemon's clock — lies within ``schedule_guard`` of a schedule window (fail closed)."""
+        rec, step = self._intake(data, now)
+        rejection = rec if isinstance(rec, Rejection) else None
+        if not step.new:
+            if rec.private and step.repeat is not None:
+                self.core.mark_position(step.repeat, source="flag")
+            elif rec.private:  # older than the memory: nothing left to protect, and it is said
+                self.core.mark_lost(source="flag", ts=rec.ts)
+            return [], rejection
+        releases: list[Release] = []
+        for missing in step.missing:  # readings that never arrived still occupy their steps
+            releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True))
+            self.steps.taken(missing)
+            self._observe(self.core.next_phys - 1, None)
         if isinstance(rec, Rejection):
-            releases = self.core.skip(now=now, private=rec.private)
+            private = rec.private or self._scheduled(now if rec.ts is None else rec.ts, guard=True)
+            releases += self.core.skip(now=now, ts=rec.ts, private=private)
+            self.steps.taken(rec.ts)
             self._observe(self.core.next_phys - 1, None)
             return self._count(releases), rec
-        scheduled = any(w.contains(rec.ts) for w in self.cfg.schedule)
+        scheduled = self._scheduled(rec.ts, guard=False)
         source = "flag" if rec.private else "schedule"
-        _, releases = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
+        _, accepted = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
                                        source=source)
+        self.steps.taken(rec.ts)
         # a record flagged private on arrival stays out of the aggregate windows (its position is
         # still charged); a mark that comes later cannot take back a reading already counted
         self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state)
-        return self._count(releases), None
+        return self._count(releases + accepted), None
+
+    def _scheduled(self, ts: float, *, guard: bool) -> bool:
+        """Is time ``ts`` in a private schedule window (or, with ``guard``, near one)?"""
+        if guard:
+            return any(w.near(ts, self.cfg.schedule_guard) for w in self.cfg.schedule)
+        return any(w.contains(ts) for w in self.cfg.schedule)
 
     def on_command(self, data: bytes) -> Rejection | None:
         """Apply ``{"private": <seq>}`` or ``{"private": "now"}``; a bad command is counted."""
@@ -342,6 +388,7 @@ class RedactionRuntime(StreamRuntime):
             "ts": r.ts,
             "value": None if r.state is None else self.states.label_of(r.state),
             "redacted": r.state is None,
+            "redaction": list(r.row),
             "mode": self._mode(),
         }
 

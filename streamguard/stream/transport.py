@@ -65,10 +65,12 @@ class Undelivered(TransportError):
 
 @dataclass(frozen=True)
 class Message:
-    """A topic and its payload bytes (an incoming message, or the will)."""
+    """A topic and its payload bytes (an incoming message, or the will); ``retain`` is set on a
+    retained message the broker delivered because of a new subscription."""
 
     topic: str
     payload: bytes
+    retain: bool = False
 
 
 class Transport(Protocol):
@@ -106,7 +108,8 @@ class MqttTransport:
     The client identifier is ``broker.client_id`` or ``streamguard-<device>``, followed by
     ``identifier_suffix``: a device running several connections gives each its own suffix (two
     clients with one identifier take each other over forever). ``will`` registers the retained
-    ``offline`` status as the connection's will (give it to one connection only). paho may keep
+    ``offline`` status as the connection's will (give it to one connection only), with
+    ``"instance": instance`` when given (the daemon's takeover check reads it). paho may keep
     ``publish.window`` QoS 1 messages in flight. ``timeout`` bounds every wait for the broker
     (CONNACK, PUBACK, SUBACK, DISCONNECT). ``persistent_session`` keeps the broker-side session
     (subscriptions and queued QoS 1 messages) across connections, for a subscriber that must not
@@ -122,6 +125,7 @@ class MqttTransport:
         status_topic: str,
         identifier_suffix: str = "",
         will: bool = True,
+        instance: str | None = None,
         timeout: float = 10.0,
         persistent_session: bool = False,
     ) -> None:
@@ -131,7 +135,8 @@ class MqttTransport:
         self._persistent = persistent_session
         self.identifier = (broker.client_id or f"streamguard-{device}") + identifier_suffix
         #: Published retained by the broker if the connection drops without a DISCONNECT (or None).
-        self.will = Message(status_topic, json.dumps({"device": device, "state": "offline"}).encode()) if will else None
+        offline = {"device": device, "state": "offline"} | ({} if instance is None else {"instance": instance})
+        self.will = Message(status_topic, json.dumps(offline).encode(), retain=True) if will else None
         cafile = None if broker.ca_file is None else str(broker.ca_file)
         self._tls = ssl.create_default_context(cafile=cafile) if broker.tls else None
         self._client: aiomqtt.Client | None = None
@@ -191,7 +196,7 @@ class MqttTransport:
         try:
             async for m in client.messages:
                 assert isinstance(m.payload, bytes | bytearray)
-                self._incoming.put_nowait(Message(m.topic.value, bytes(m.payload)))
+                self._incoming.put_nowait(Message(m.topic.value, bytes(m.payload), bool(m.retain)))
         except aiomqtt.MqttError as exc:
             log.warning("connection to %s:%d lost: %s", self._broker.host, self._broker.port, exc)
         if not lost.done():

@@ -1,0 +1,274 @@
+"""The left side of a private record when the law of the stream's first record is not known.
+
+The stationary audit (:mod:`.exact`) steps left with the time-reversed kernel of the stationary
+chain. A sensor that boots in a known state breaks that: near the start of a stream (and after a
+restart) the law of the first record is whatever the device makes it. DESIGN.md §3: unless the
+configuration states it, plans must hold for every initial law. This module gives the exact left
+side for a *set* of laws of the first record, computed forward (no time reversal).
+
+Setting. Record p; its left neighbours at distances j = 1..m with redaction rows
+r_j(x) = Pr(⊥ | X_{p−j} = x) and one-step kernels K_j (X_{p−j} → X_{p−j+1}: P, or P^{G+1} across a
+restart gap of G unseen readings). Either the window *reaches the start* — X_{p−m} is the first
+record and its law μ lies in a set M — or the record p−m−1 *stands in released* (whatever lies
+beyond it counts as released, which only over-states the leakage) and *its* law lies in M.
+
+Derivation. Let v_j(x, a) = Pr(X_{p−j+1..p−1} all redacted, X_p = a | X_{p−j} = x), so v_1 = K_1 and
+v_{j+1} = K_{j+1} · diag(r_j) · v_j. A left output either releases first (nearest p) the record
+p−j with value x — then, by the Markov property, everything further left is independent of X_p
+given X_{p−j} = x, and Pr(X_{p−j} = x) cancels —
+
+    Pr(y | X_p = a) / Pr(y | X_p = b) = v_j(x, a) / v_j(x, b) · Pr(X_p = b) / Pr(X_p = a),
+
+or redacts everything back to the start (reaching windows only), with W(x, a) = r_m(x) v_m(x, a):
+
+    Pr(y | X_p = a) / Pr(y | X_p = b) = (μ·W_a)(μ·Q_b) / ((μ·W_b)(μ·Q_a)),
+
+where Q is the product of the kernels from the first record (or the stand-in) to p, so that
+Pr(X_p = ·) ∝ μ·Q. The sup over μ ∈ conv(M) and over outputs commute per ordered pair (a, b):
+
+- release terms: log v_j(x,a)/v_j(x,b) + log sup_μ (μQ)_b/(μQ)_a, and a ratio of two linear
+  functions of μ is largest at a vertex of M;
+- the all-redacted term: for two states, μ runs over a segment and the ratio is N(u)/D(u) with N, D
+  products of two linear functions of u ∈ [0, 1]; its maximum is at an end or at a root of
+  N'D − ND' (degree ≤ 2) — exact. For k > 2 states the bound
+  max_x W(x,a)/Q(x,a) / min_x W(x,b)/Q(x,b) (each side a weighted mean of these conditionals) is used:
+  an upper bound, never an under-statement.
+
+The sides of p are independent given X_p, so a pair's total is this left term plus the right side's
+term for the same pair (:func:`combine`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.polynomial import polynomial as poly
+from numpy.typing import NDArray
+
+from .._jit import kernel
+from .exact import SideRange
+
+
+def laws_at_distance(P: NDArray[np.float64], d: int, initial: NDArray[np.float64] | None) -> NDArray[np.float64]:
+    """Vertices of a set containing the law of a record that lies *at least* ``d`` steps after a
+    stream's first record, whose law is ``initial`` (None: any law).
+
+    Binary chains: μP^{d'} = π + λ^{d'}(μ − π), so for d' ≥ d the laws lie on the segment spanned by
+    the laws at d and d + 1 (and π, for a given μ); the rows of P^d and P^{d+1} (any μ) or μP^d,
+    μP^{d+1} and π (given μ) are therefore vertices of a set containing them all — lost readings
+    before the window (a larger true distance) stay covered. For k > 2 states the same vertices are
+    used with the distance exactly d (only binary chains are planned by 3R).
+    """
+    k = P.shape[0]
+    Pd = np.linalg.matrix_power(P, d)
+    if initial is None:
+        base = [Pd, Pd @ P] if k == 2 else [Pd]
+        return np.vstack(base)
+    mu = np.asarray(initial, dtype=np.float64)
+    rows = [mu @ Pd]
+    if k == 2:
+        pi = _stationary2(P)
+        rows += [mu @ Pd @ P, pi]
+    return np.vstack(rows)
+
+
+def _stationary2(P: NDArray[np.float64]) -> NDArray[np.float64]:
+    a, b = P[0, 1], P[1, 0]
+    return np.array([b / (a + b), a / (a + b)])
+
+
+def _log_ratio(num: float, den: float) -> float:
+    """log(num/den) for non-negative numbers: −inf when num = 0 (no such output under a), +inf
+    when only den = 0 (the output is possible under a but not under b)."""
+    if num <= 0.0:
+        return -math.inf
+    if den <= 0.0:
+        return math.inf
+    return math.log(num) - math.log(den)
+
+
+@kernel
+def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no cover - compiled
+    """Release terms of :func:`left_pairs` without the law factor: out[a, b] = max over (j, x) of
+    log v_j(x,a) − log v_j(x,b) (−inf: none); the first record (j = steps) releases only the x with
+    first[x]. Leaves v and Q of the first record in v_last, q_last."""
+    m = rows.shape[0]
+    k = rows.shape[1]
+    steps = kernels.shape[0]
+    v = kernels[0].copy()
+    q = kernels[0].copy()
+    tmp = np.empty((k, k))
+    for a in range(k):
+        for b in range(k):
+            out[a, b] = 0.0 if a == b else -np.inf
+    for j in range(1, steps + 1):
+        if j > 1:
+            K = kernels[j - 1]
+            s = 0.0
+            for x in range(k):
+                for a in range(k):
+                    acc = 0.0
+                    for y in range(k):
+                        acc += K[x, y] * rows[j - 2, y] * v[y, a]
+                    tmp[x, a] = acc
+                    s = max(s, acc)
+            for x in range(k):
+                for a in range(k):
+                    v[x, a] = tmp[x, a] / s if s > 0.0 else tmp[x, a]
+            s = 0.0
+            for x in range(k):
+                for a in range(k):
+                    acc = 0.0
+                    for y in range(k):
+                        acc += K[x, y] * q[y, a]
+                    tmp[x, a] = acc
+                    s = max(s, acc)
+            for x in range(k):
+                for a in range(k):
+                    q[x, a] = tmp[x, a] / s
+        for x in range(k):
+            if (j <= m and rows[j - 1, x] >= 1.0) or (j == steps and not first[x]):
+                continue  # never released at this distance
+            for a in range(k):
+                if v[x, a] <= 0.0:
+                    continue
+                for b in range(k):
+                    if a == b:
+                        continue
+                    val = np.inf if v[x, b] <= 0.0 else np.log(v[x, a]) - np.log(v[x, b])
+                    if val > out[a, b]:
+                        out[a, b] = val
+    v_last[:, :] = v
+    q_last[:, :] = q
+
+
+def _release_numpy(kernels: NDArray[np.float64], rows: NDArray[np.float64],
+                   first: NDArray[np.bool_]) -> tuple[NDArray[np.float64], ...]:
+    """Plain-numpy twin of :func:`_release_kernel` (for the tests): (out, v_last, q_last)."""
+    m, k = rows.shape
+    out = np.full((k, k), -math.inf)
+    np.fill_diagonal(out, 0.0)
+    v = np.array(kernels[0], dtype=np.float64)
+    q = v.copy()
+    for j in range(1, kernels.shape[0] + 1):
+        if j > 1:
+            v = kernels[j - 1] @ (rows[j - 2][:, None] * v)
+            q = kernels[j - 1] @ q
+            v, q = (v / v.max() if v.max() > 0 else v), q / q.max()
+        can = np.ones(k, dtype=bool) if j > m else rows[j - 1] < 1.0
+        for x in np.flatnonzero(can & first if j == kernels.shape[0] else can):
+            for a in range(k):
+                for b in range(k):
+                    if a != b and v[x, a] > 0:
+                        out[a, b] = max(out[a, b], _log_ratio(v[x, a], v[x, b]))
+    return out, v, q
+
+
+def left_pairs(kernels: NDArray[np.float64], rows: NDArray[np.float64], laws: NDArray[np.float64], *,
+               reaches_start: bool, use_numpy: bool = False) -> NDArray[np.float64]:
+    """L[a, b] = max over left outputs of log Pr(y | X_p = a)/Pr(y | X_p = b), worst case over the
+    laws in conv(``laws``) of the first record (see module docstring).
+
+    ``rows``: (m, k) redaction rows at distances 1..m. ``kernels``: (m, k, k) when the window reaches
+    the start (X_{p−m} is the first record), else (m + 1, k, k) with the last one stepping from the
+    released stand-in p−m−1. ``laws``: (v, k) vertices of the set of laws of that first record.
+    """
+    m, k = rows.shape
+    if reaches_start and m == 0:
+        return np.zeros((k, k))  # nothing on the left of the first record
+    if kernels.shape[0] != (m if reaches_start else m + 1):
+        raise ValueError("left_pairs: one kernel per step from the first record to p")
+    kernels = np.ascontiguousarray(kernels, dtype=np.float64)
+    rows = np.ascontiguousarray(rows, dtype=np.float64)
+    # a value of the first record that no law in the set gives cannot be released there (with a
+    # set of laws a value given by any of them can: the sup over the set approaches it)
+    first = np.ascontiguousarray(laws.max(axis=0) > 0)
+    if use_numpy:
+        out, v, q = _release_numpy(kernels, rows, first)
+    else:
+        out, v, q = np.empty((k, k)), np.empty((k, k)), np.empty((k, k))
+        _release_kernel(kernels, rows, first, out, v, q)
+    law_q = laws @ q  # Pr(X_p = ·) up to a factor, per vertex law
+    for a in range(k):
+        for b in range(k):
+            if a == b:
+                continue
+            if out[a, b] > -math.inf:
+                out[a, b] += max(_log_ratio(float(lq[b]), float(lq[a])) for lq in law_q)
+            if reaches_start:
+                out[a, b] = max(out[a, b], _all_redacted(rows[m - 1][:, None] * v, q, laws, a, b))
+    return out
+
+
+def _all_redacted(W: NDArray[np.float64], Q: NDArray[np.float64], laws: NDArray[np.float64], a: int, b: int) -> float:
+    """sup over μ ∈ conv(laws) of log (μW_a)(μQ_b) / ((μW_b)(μQ_a))."""
+    k = W.shape[0]
+    if laws.shape[0] == 1:
+        mu = laws[0]
+        return _log_ratio(float(mu @ W[:, a]) * float(mu @ Q[:, b]), float(mu @ W[:, b]) * float(mu @ Q[:, a]))
+    if k != 2:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ha, hb = W[:, a] / Q[:, a], W[:, b] / Q[:, b]
+        if not (np.all(np.isfinite(ha)) and np.all(np.isfinite(hb))):
+            return math.inf
+        return _log_ratio(float(ha.max()), float(hb.min()))
+    # two states: the vertices lie on a segment; parametrise it by its two extreme laws
+    order = np.argsort(laws[:, 1])
+    lo, hi = laws[order[0]], laws[order[-1]]
+
+    def line(col: NDArray[np.float64]) -> NDArray[np.float64]:
+        """c0 + c1·u for μ(u) = lo + u (hi − lo)."""
+        return np.array([lo @ col, (hi - lo) @ col])
+
+    num = [line(W[:, a]), line(Q[:, b])]
+    den = [line(W[:, b]), line(Q[:, a])]
+    const = 1.0
+    # two linear factors with the same root (e.g. W_a, W_b both vanish where the first record is
+    # surely released) have a constant ratio: cancel them, so no 0/0 is ever evaluated
+    for i in range(2):
+        for jd in range(2):
+            f, g = num[i], den[jd]
+            if f is None or g is None:
+                continue
+            r = _constant_ratio(f, g)
+            if r is not None:
+                const *= r
+                num[i] = den[jd] = None
+                break
+    N = poly.polyone
+    for f in num:
+        if f is not None:
+            N = poly.polymul(N, f)
+    D = poly.polyone
+    for g in den:
+        if g is not None:
+            D = poly.polymul(D, g)
+    crit = poly.polysub(poly.polymul(poly.polyder(N), D), poly.polymul(N, poly.polyder(D)))
+    cands = [0.0, 1.0]
+    crit = np.trim_zeros(np.atleast_1d(crit), "b")
+    if crit.size > 1:
+        cands += [float(r.real) for r in poly.polyroots(crit) if abs(r.imag) < 1e-12 and 0.0 < r.real < 1.0]
+    best = -math.inf
+    for u in cands:
+        n, d = float(poly.polyval(u, N)) * const, float(poly.polyval(u, D))
+        if n <= 0.0 and d <= 0.0:
+            continue  # this μ makes the all-redacted output impossible under both secrets
+        best = max(best, _log_ratio(n, d))
+    return best
+
+
+def _constant_ratio(f: NDArray[np.float64], g: NDArray[np.float64]) -> float | None:
+    """f/g when the linear functions f = f0 + f1·u and g = g0 + g1·u are proportional, else None."""
+    if f[0] * g[1] != f[1] * g[0]:
+        return None
+    if g[0] != 0:
+        return float(f[0] / g[0])
+    if g[1] != 0:
+        return float(f[1] / g[1])
+    return None
+
+
+def as_side_range(pairs: NDArray[np.float64]) -> SideRange:
+    """The binary pair matrix as the stationary audit's :class:`SideRange` of log Pr(y|0)/Pr(y|1)."""
+    return SideRange(-float(pairs[1, 0]), float(pairs[0, 1]))

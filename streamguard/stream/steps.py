@@ -1,0 +1,91 @@
+"""What a step of the chain is: one reading, however many times its frame arrives (DESIGN.md §3).
+
+The model counts steps, so a frame that is counted twice (an MQTT QoS 1 redelivery: the same bytes,
+the same ``ts``) puts a phantom step between a private reading and its neighbours, and the plan's
+rows then under-protect it (issue 9 item 6: up to 5.8× ε). The rule:
+
+- **Without a sample period** every distinct timestamp is a step. A frame whose ``ts`` equals that
+  of a recent step is a redelivery of it; a frame whose ``ts`` is earlier than the newest step's is
+  a late copy or a clock error. Neither makes a new step. (A frame without ``ts`` is stamped with
+  the daemon's clock and is always a new step: a redelivered frame can only be recognised by its
+  ``ts`` — or by a sample period.)
+- **With a sample period** ``T`` the steps are the slots of a grid anchored at the first frame:
+  slot(t) = round((t − anchor)/T). A frame in a slot already seen is a redelivery; slots skipped
+  between two frames are missing readings, which still occupy their steps (redacted with
+  probability 1, like a malformed frame): the distances of the model stay the sensor's.
+
+A redelivery that asks to be private still marks the step it repeats (fail closed). The tracker
+only numbers steps; the privatizer core applies them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+#: Steps remembered for recognising redeliveries.
+MEMORY = 4096
+
+
+@dataclass(frozen=True)
+class Step:
+    """The verdict for one frame: ``repeat`` is the physical index of the step it repeats (None:
+    unknown, too old, or a new step); ``missing`` the times of the slots skipped before it (new
+    steps with no reading); ``new`` whether the frame is a step of its own."""
+
+    new: bool
+    repeat: int | None = None
+    missing: tuple[float, ...] = ()
+
+
+class StepTracker:
+    """Numbers the steps of one stream (see module docstring). ``next_phys`` is the physical index
+    the next new step will get; the owner calls :meth:`taken` for every step it pushes."""
+
+    def __init__(self, sample_period: float | None, *, next_phys: int, max_missing: int) -> None:
+        self.period = sample_period
+        self.max_missing = max_missing
+        self.next_phys = next_phys
+        self._by_key: OrderedDict[float, int] = OrderedDict()  # ts (or slot) → physical index
+        self._newest: float | None = None
+        self._anchor: float | None = None
+
+    def _key(self, t: float) -> float:
+        if self.period is None:
+            return t
+        if self._anchor is None:
+            self._anchor = t
+        return float(round((t - self._anchor) / self.period))
+
+    def classify(self, t: float | None) -> Step:
+        """The verdict for a frame at time ``t`` (None: no usable time — a new step)."""
+        if t is None or not math.isfinite(t):
+            return Step(True)
+        key = self._key(t)
+        if key in self._by_key:
+            return Step(False, self._by_key[key])
+        if self._newest is not None and key < self._newest:
+            return Step(False, self._nearest(key))
+        missing: tuple[float, ...] = ()
+        if self.period is not None and self._newest is not None and key > self._newest + 1:
+            skipped = int(min(key - self._newest - 1, self.max_missing))
+            assert self._anchor is not None
+            missing = tuple(self._anchor + (self._newest + i) * self.period for i in range(1, skipped + 1))
+        return Step(True, None, missing)
+
+    def taken(self, t: float | None) -> None:
+        """Record that the next physical index went to a step at time ``t`` (None: unknown)."""
+        if t is not None and math.isfinite(t):
+            key = self._key(t)
+            self._by_key[key] = self.next_phys
+            self._newest = key if self._newest is None else max(self._newest, key)
+            while len(self._by_key) > MEMORY:
+                self._by_key.popitem(last=False)
+        self.next_phys += 1
+
+    def _nearest(self, key: float) -> int | None:
+        """The remembered step closest in time to a late frame (None: older than the memory)."""
+        if not self._by_key or key < next(iter(self._by_key)):
+            return None
+        return min(self._by_key.items(), key=lambda kv: abs(kv[0] - key))[1]
