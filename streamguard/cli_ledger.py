@@ -87,7 +87,8 @@ def _text(doc: dict[str, Any]) -> list[str]:
     red = doc["redaction"]
     if red:
         w = red["worst"]
-        lines.append(f"  redaction  worst mark ε = {_fmt(red['epsilon'])} at position {w['position']}  "
+        at = f"position {w['position']}" if w["position"] is not None else f"seq {w['seq']} (position unknown)"
+        lines.append(f"  redaction  worst mark ε = {_fmt(red['epsilon'])} at {at}  "
                      f"budget {_fmt(red['budget'])}  marks {red['count']}  not honoured {red['not_honoured']}")
     ch = doc["channel"]
     if ch:

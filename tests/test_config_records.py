@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -239,10 +240,10 @@ def test_aggregates_and_channels_example_checks(capsys):
     assert "per-record channel rr-prior" in out and "whole stream under the model" in out
 
 
-def test_a_command_for_a_record_published_long_ago_is_reported_not_recorded(tmp_path):
+def test_a_command_for_a_record_published_long_ago_is_reported_and_recorded_by_its_seq(tmp_path):
     """Its position is no longer known (phys −1): the mark is reported as not honoured with an
-    unbounded leakage, and no ledger event is made for it (a ledger event needs a position) —
-    found by the daemon fuzz test, where it stopped the daemon."""
+    unbounded leakage, and its ledger event names it by its seq (position None) — found by the
+    daemon fuzz test, where it stopped the daemon; every mark reaches the ledger (issue 9, item 4)."""
     s = load_settings(_with(tmp_path, 'log_level = "INFO"', 'log_level = "INFO"\ndeterministic_seed = 3'))
     rt = RedactionRuntime(s, s.streams[0].model_copy(update={"schedule": []}), SeededSource(3))
     for i in range(2000):
@@ -251,7 +252,8 @@ def test_a_command_for_a_record_published_long_ago_is_reported_not_recorded(tmp_
     assert rt.on_command(b'{"private": 0}') is None
     marks = rt.mark_records()
     assert [m["report"]["honoured"] for m in marks.values()] == [False]
-    assert rt.take_ledger_events() == []
+    [lost] = rt.take_ledger_events()
+    assert (lost.position, lost.seq, lost.honoured, lost.total, lost.span()) == (None, 0, False, math.inf, None)
     assert rt.on_command(b'{"private": 1999}') is None  # a recent one is recorded
     rt.mark_records()
     assert [e.position for e in rt.take_ledger_events()] == [1999]

@@ -14,7 +14,9 @@ only what the composition rules need. Each family is composed by the rule that s
 * **redaction** — each private position's own exact leakage (notes/000 §4.1). Several marks on a
   stream combine by the element-wise maximum of their rows (notes/000 §4.5), a post-processing of
   each mark's plan, so each mark's number stands alone; the family's guarantee is the worst mark.
-  Several events for one position (e.g. planned, then achieved) keep their maximum.
+  Several events for one mark (e.g. planned, then achieved) keep their maximum. A mark is named by
+  its position (``RedactionEvent.mark``), or by its seq when the position is unknown — such a mark
+  is not honoured and its leakage is +∞.
 * **channel** — the designer's per-record claims and the exact stream leakage:
   - ``ldp_x`` claims compose by summation over the channels that released the same record
     (independent ε_k-LDP channels on one input); a record's guarantee is the sum, the family's
@@ -65,6 +67,8 @@ CROSS_FAMILY_REASON = {
     "disjoint": "the families released disjoint positions, but under a Markov model each release "
                 "leaks about correlated neighbours; no theorem composes {a} with {b} here — each "
                 "family's number holds for its own releases only",
+    "unknown": "the positions of some {a} or {b} releases are unknown; no theorem composes {a} with {b} "
+               "— each family's number holds for its own releases only",
 }
 
 
@@ -107,7 +111,7 @@ class StreamBook:
         self._model_of = model_of
         self._agg_events: list[tuple[int, AggregateEvent]] = []
         self._accountants: dict[str, QuiltAccountant] = {}
-        self._marks: dict[int, list[tuple[int, RedactionEvent]]] = {}
+        self._marks: dict[str, list[tuple[int, RedactionEvent]]] = {}
         self._chan_events: list[tuple[int, ChannelEvent]] = []
 
     # -- feeding ---------------------------------------------------------------------------------
@@ -154,7 +158,7 @@ class StreamBook:
                 self._accountants = accountants
             self._agg_events.append((event_id, event))
         elif isinstance(event, RedactionEvent):
-            self._marks.setdefault(event.position, []).append((event_id, event))
+            self._marks.setdefault(event.mark, []).append((event_id, event))
         else:
             self._chan_events.append((event_id, event))
 
@@ -168,8 +172,10 @@ class StreamBook:
         return dict(self._accountants)
 
     @property
-    def mark_events(self) -> dict[int, list[tuple[int, RedactionEvent]]]:
-        return {p: list(v) for p, v in self._marks.items()}
+    def mark_events(self) -> dict[str, list[tuple[int, RedactionEvent]]]:
+        """Each mark's events by its name (``RedactionEvent.mark``), in mark order: by position,
+        then the marks of unknown position by seq."""
+        return {k: list(v) for k, v in sorted(self._marks.items(), key=lambda kv: kv[1][0][1].order)}
 
     @property
     def channel_events(self) -> list[tuple[int, ChannelEvent]]:
@@ -181,8 +187,8 @@ class StreamBook:
         return [f for f in FAMILIES if present[f]]
 
     def span(self, family: Family) -> tuple[int, int] | None:
-        """The positions [min lo, max hi] the family's releases read, or None."""
-        spans = [ev.span() for ev in self._family_events(family)]
+        """The positions [min lo, max hi] the family's releases of known positions read, or None."""
+        spans = [sp for sp in (ev.span() for ev in self._family_events(family)) if sp is not None]
         if not spans:
             return None
         return (min(a for a, _ in spans), max(b for _, b in spans))
@@ -195,9 +201,10 @@ class StreamBook:
         else:
             yield from (ev for _, ev in self._chan_events)
 
-    def mark_leakage(self, position: int) -> float:
-        """The worst recorded exact leakage about the private position (max over its events)."""
-        return max(ev.total for _, ev in self._marks[position])
+    def mark_leakage(self, mark: str) -> float:
+        """The worst recorded exact leakage about the mark's position (max over its events; +∞ for
+        a mark whose position is unknown)."""
+        return max(ev.total for _, ev in self._marks[mark])
 
     def ldp_x_max(self) -> float | None:
         """max over records of Σ ε of the ``ldp_x`` claims of the channels that released it."""
@@ -241,8 +248,8 @@ class StreamBook:
         out: list[Guarantee] = []
         for mid, acc in sorted(self._accountants.items()):
             out.append(Guarantee("aggregate", f"aggregate:eps_max:{mid}", float(acc.eps_max())))
-        for p in sorted(self._marks):
-            out.append(Guarantee("redaction", f"redaction:mark:{p}", self.mark_leakage(p)))
+        for k in self.mark_events:
+            out.append(Guarantee("redaction", f"redaction:mark:{k}", self.mark_leakage(k)))
         ldp = self.ldp_x_max()
         if ldp is not None:
             out.append(Guarantee("channel", f"channel:claim:{LDP_X}", ldp))
@@ -259,14 +266,15 @@ class StreamBook:
         for i, a in enumerate(fams):
             for b in fams[i + 1:]:
                 sa, sb = self.span(a), self.span(b)
-                assert sa is not None and sb is not None
-                if _spans_meet(sa, sb):
+                shared: list[int] | None = None
+                if sa is None or sb is None:
+                    reason = CROSS_FAMILY_REASON["unknown"].format(a=a, b=b)
+                elif _spans_meet(sa, sb):
                     lo, hi = max(sa[0], sb[0]), min(sa[1], sb[1])
                     reason = CROSS_FAMILY_REASON["shared"].format(lo=lo, hi=hi, a=a, b=b)
-                    shared: list[int] | None = [lo, hi]
+                    shared = [lo, hi]
                 else:
                     reason = CROSS_FAMILY_REASON["disjoint"].format(a=a, b=b)
-                    shared = None
                 out.append({"families": [a, b], "composed": False, "shared_positions": shared, "reason": reason})
         return out
 
@@ -283,9 +291,9 @@ class StreamBook:
                                      float(acc.record(event.lo, event.hi, event.load)))
             return None
         if isinstance(event, RedactionEvent):
-            prior = self.mark_leakage(event.position) if event.position in self._marks else 0.0
+            prior = self.mark_leakage(event.mark) if event.mark in self._marks else 0.0
             value = max(prior, event.total)
-            return Guarantee("redaction", f"redaction:mark:{event.position}", value) if value > budget else None
+            return Guarantee("redaction", f"redaction:mark:{event.mark}", value) if value > budget else None
         trial = StreamBook(self.device, self.stream, self._model_of)
         trial._chan_events = [*self._chan_events, (-1, event)]
         for g in trial.guarantees():

@@ -13,7 +13,9 @@ event names its **family**, and each family is composed by the rule that support
 * :class:`RedactionEvent` — a private position p of a 3R redaction plan (or mark) with the exact
   leakage about X_p of the rows used (left side, right side, total; notes/000 §4.1). Several
   private positions combine by the element-wise maximum of their rows (notes/000 §4.5), a
-  post-processing of each alone, so each mark's own exact leakage is its guarantee.
+  post-processing of each alone, so each mark's own exact leakage is its guarantee. A mark on a
+  record whose position the device no longer knows is recorded too (by its seq, not honoured,
+  unbounded leakage): every mark reaches the ledger, honoured or not.
 * :class:`ChannelEvent` — records [lo, hi] released through a per-record local channel
   (randomized response, lift-based, linear reduction) with the guarantees its designer claims
   per record (e.g. ε-LDP w.r.t. X or S) and, if known, the exact leakage of the released stream
@@ -36,7 +38,7 @@ import time as _time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .._json import json_number
+from .._json import json_number, number_from_json
 
 if TYPE_CHECKING:
     from ..quilt.release import AggregateRelease
@@ -71,12 +73,13 @@ def _position(value: object, what: str) -> int:
 
 
 def _number(value: object, what: str, *, positive: bool = False, allow_inf: bool = False) -> float:
-    if value == "inf" and allow_inf:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise EventError(f"{what}: expected a number")
-    x = float(value)
-    if math.isnan(x) or (math.isinf(x) and not (allow_inf and x > 0)):
+    try:
+        x = number_from_json(value)
+    except ValueError:
+        x = None
+    if x is None:
+        raise EventError(f"{what}: expected a number" + (' or "inf"' if allow_inf else ""))
+    if math.isinf(x) and not (allow_inf and x > 0):
         raise EventError(f"{what}: expected a finite number" + (" or +inf" if allow_inf else ""))
     if x < 0 or (positive and x == 0):
         raise EventError(f"{what}: expected a number {'>' if positive else '≥'} 0")
@@ -123,8 +126,9 @@ class _Event:
         """The stream this event belongs to: (device, stream)."""
         return (self.device, self.stream)
 
-    def span(self) -> tuple[int, int]:
-        """The positions [lo, hi] whose records the release reads (inclusive)."""
+    def span(self) -> tuple[int, int] | None:
+        """The positions [lo, hi] whose records the release reads (inclusive); None when they are
+        unknown (a redaction mark on a record whose position the device no longer knows)."""
         raise NotImplementedError
 
     def to_json(self) -> dict[str, Any]:
@@ -217,10 +221,15 @@ class RedactionEvent(_Event):
     ``left``/``right``/``total`` the exact leakage L(X_p → Y) of each side alone and of both
     (+inf when p itself was already published), ``honoured`` whether the mark met ``epsilon``,
     ``reason`` why not, and [lo, hi] the positions whose rows the mark set (default p alone).
+
+    ``position`` is None when the mark names a record (``seq``, then required) whose position the
+    device no longer knows — published too long ago, or before a restart. Nothing is bounded about
+    it: such an event is never honoured, its ``total`` is +inf, it sets no rows (``lo``/``hi``
+    None) and its :meth:`span` is None. An honoured mark always has ``total`` ≤ ``epsilon``.
     """
 
     family: ClassVar[Family] = "redaction"
-    position: int
+    position: int | None
     seq: int | None = None
     plan: str
     epsilon: float
@@ -234,7 +243,8 @@ class RedactionEvent(_Event):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _position(self.position, "position")
+        if self.position is not None:
+            _position(self.position, "position")
         if self.seq is not None:
             _position(self.seq, "seq")
         if not isinstance(self.plan, str) or not self.plan:
@@ -250,6 +260,14 @@ class RedactionEvent(_Event):
             raise EventError("honoured: a mark whose leakage exceeds its epsilon is not honoured")
         if self.reason is not None and not isinstance(self.reason, str):
             raise EventError("reason: expected a string or null")
+        if self.position is None:
+            if self.seq is None:
+                raise EventError("position: a mark whose position is unknown must name its seq")
+            if self.honoured or self.total != math.inf:
+                raise EventError("total: a mark whose position is unknown is not honoured and bounds nothing (+inf)")
+            if self.lo is not None or self.hi is not None:
+                raise EventError("rows: a mark whose position is unknown sets no rows")
+            return
         lo = self.position if self.lo is None else self.lo
         hi = self.position if self.hi is None else self.hi
         _window(lo, hi, "rows")
@@ -258,8 +276,20 @@ class RedactionEvent(_Event):
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
 
-    def span(self) -> tuple[int, int]:
-        return (self.lo, self.hi)  # type: ignore[return-value]
+    @property
+    def mark(self) -> str:
+        """The mark as the ledger names it: its position (``"17"``), or ``"seq:17"`` when only its
+        seq is known (several events of one mark, e.g. planned then achieved, share the name)."""
+        return f"seq:{self.seq}" if self.position is None else str(self.position)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Where the mark sorts: by position, then the marks of unknown position by seq."""
+        return (0, self.position) if self.position is not None else (1, self.seq)  # type: ignore[return-value]
+
+    def span(self) -> tuple[int, int] | None:
+        """[lo, hi], or None when the mark's position is unknown."""
+        return None if self.lo is None else (self.lo, self.hi)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

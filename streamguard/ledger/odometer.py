@@ -13,8 +13,10 @@ is never above Σ_k ε_k when those ε_k hold (notes/002 §4.7).
 
 All numbers are nats, hold **under the model** (the Markov model or model set Θ each release
 was calibrated for, in its max-influence mode), and are about positions only. Positions are the
-stream's 0-based record positions (the published ``seq``). Unbounded values are the string
-``"inf"`` (JSON has no infinity).
+stream's 0-based record positions (the published ``seq``); a redaction mark whose position is
+unknown (a record published too long ago) has ``"position": null``, its ``seq`` and an unbounded
+leakage, and counts as not honoured. Unbounded values are the string ``"inf"`` (JSON has no
+infinity).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def _budget(value: float | None, budget: float | None) -> dict[str, Any]:
     if budget is None:
         return {"budget": None, "remaining": None}
     return {"budget": budget, "remaining": None if value is None else json_number(budget - value)}
+
+
+def _span(span: tuple[int, int] | None) -> list[int] | None:
+    return None if span is None else list(span)
 
 
 def _recent(items: list[Any], limit: int | None) -> tuple[list[Any], bool]:
@@ -102,22 +108,22 @@ def aggregate_section(book: StreamBook, budget: float | None, limit: int | None)
 
 
 def redaction_section(book: StreamBook, budget: float | None, limit: int | None) -> dict[str, Any] | None:
-    by_pos = book.mark_events
-    if not by_pos:
+    by_mark = book.mark_events
+    if not by_mark:
         return None
     marks = []
-    for p in sorted(by_pos):
-        evs = [ev for _, ev in by_pos[p]]
+    for name, rows in by_mark.items():
+        evs = [ev for _, ev in rows]
         worst = max(evs, key=lambda ev: ev.total)
         bad = next((ev for ev in evs if not ev.honoured), None)
         marks.append({
-            "position": p, "seq": worst.seq, "plan": worst.plan, "epsilon": worst.epsilon,
+            "mark": name, "position": worst.position, "seq": worst.seq, "plan": worst.plan, "epsilon": worst.epsilon,
             "left": json_number(max(ev.left for ev in evs)), "right": json_number(max(ev.right for ev in evs)),
             "total": json_number(worst.total), "honoured": bad is None,
             "reason": None if bad is None else bad.reason, "events": len(evs),
         })
-    worst_mark = max(marks, key=lambda m: book.mark_leakage(m["position"]))
-    eps = book.mark_leakage(worst_mark["position"])
+    worst_mark = max(marks, key=lambda m: book.mark_leakage(m["mark"]))
+    eps = book.mark_leakage(worst_mark["mark"])
     shown, truncated = _recent(marks, limit)
     return {
         "rule": "each private position's exact leakage; marks combine by the element-wise maximum of "
@@ -187,7 +193,7 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
             "by_family": by_family,
             "last": None if last is None else {
                 "family": last.event.family, "guarantee": last.guarantee, "would_be": json_number(last.would_be),
-                "budget": last.budget, "time": last.stored_at, "span": list(last.event.span())},
+                "budget": last.budget, "time": last.stored_at, "span": _span(last.event.span())},
         },
         "budgets": dict(sorted(budgets.items())),
     }

@@ -32,6 +32,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .._json import number_from_json
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
 from .book import StreamBook
@@ -48,13 +49,10 @@ class RecheckError(ValueError):
 
 
 def _value(x: Any, where: str) -> float | None:
-    if x is None:
-        return None
-    if x == "inf":
-        return math.inf
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise RecheckError(f"{where}: expected a number, \"inf\" or null")
-    return float(x)
+    try:
+        return number_from_json(x)
+    except ValueError as exc:
+        raise RecheckError(f"{where}: {exc}") from None
 
 
 def _above(a: float, b: float) -> bool:

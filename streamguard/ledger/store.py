@@ -57,6 +57,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from .._json import json_number
 from ..chain import MarkovChain
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
@@ -515,10 +516,10 @@ class Ledger:
             events = [{"id": i, "digest": d, "budget": b, "stored_at": t, "event": json.loads(body)}
                       for i, body, d, b, t in self._db.execute(
                           "SELECT id, body, digest, budget, stored_at FROM events ORDER BY id").fetchall()]
-            refusals = [{"id": r.id, "guarantee": r.guarantee, "would_be": _finite_or_inf(r.would_be),
+            refusals = [{"id": r.id, "guarantee": r.guarantee, "would_be": json_number(r.would_be),
                          "budget": r.budget, "stored_at": r.stored_at, "event": r.event.to_json()}
                         for key in sorted(self._refusals) for r in self._refusals[key]]
-            declared = {f"{d}/{s}": {g.name: g.value for g in self._books[(d, s)].guarantees()}
+            declared = {f"{d}/{s}": {g.name: json_number(g.value) for g in self._books[(d, s)].guarantees()}
                         for d, s in sorted(self._books)}
             return {
                 "format": "streamguard-ledger",

@@ -235,6 +235,8 @@ class RedactionRuntime(StreamRuntime):
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
         self.plan_leakage = self.plan.leakage()
         self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=self.core.memory)
+        #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
+        self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
 
     # -- input --------------------------------------------------------------------------------
     def on_frame(self, data: bytes, now: float) -> tuple[list[Release], Rejection | None]:
@@ -327,19 +329,39 @@ class RedactionRuntime(StreamRuntime):
 
     def mark_records(self) -> dict[int, dict[str, Any]]:
         """Marks created or finished since the last call, by seq, as stored in the outbox:
-        ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``."""
-        events = list(self.core.mark_events)
+        ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``.
+
+        Every such mark, honoured or not, also becomes one ledger event with its current figures
+        (:meth:`take_ledger_events`; a mark on a record published too long ago too, by its seq).
+        Each mark that is not honoured is logged as one WARNING when it becomes so — at its
+        creation, or when the exact check at its end fails — naming the stream, the seq, the
+        position and the reason, never a reading."""
+        marks: list[Mark] = []
+        for m in self.core.mark_events:  # a mark created and finished since the last call is listed twice
+            if not any(m is k for k in marks):
+                marks.append(m)
         self.core.mark_events.clear()
-        # a mark on a record published too long ago has no known position (phys −1): nothing was
-        # released under it, and the status reports it as not honoured with unbounded leakage
-        self._ledger_events.extend(self._mark_event(m) for m in events if m.phys >= 0)
+        for m in marks:
+            is_open, warned = self.core.is_open(m), any(m is w for w in self._warned_open)
+            if not m.honoured and not warned:
+                where = "a rejected frame" if m.seq is None else f"seq {m.seq}"
+                at = f"position {m.phys}" if m.phys >= 0 else "position unknown"
+                log.warning("stream %s: private mark (%s) on %s (%s) NOT honoured: %s", self.name, m.source,
+                            where, at, m.reason or "no reason recorded")
+                if is_open:
+                    self._warned_open.append(m)
+            elif warned and not is_open:
+                self._warned_open = [w for w in self._warned_open if w is not m]
+        self._ledger_events.extend(self._mark_event(m) for m in marks)
         return {m.seq if m.seq is not None else -(m.phys + 1):  # rejected frames: negative keys
-                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in events}
+                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in marks}
 
     def _mark_event(self, m: Mark) -> RedactionEvent:
         """The ledger's record of a mark: its exact achieved leakage once finished; before that
         what it is planned to give (a late mark: the exact left leakage already incurred plus the
-        right budget), so the ledger holds the mark before any of its neighbours is published."""
+        right budget), so the ledger holds the mark before any of its neighbours is published. A
+        mark whose position is no longer known (phys −1: its record was published too long ago) is
+        recorded by its seq with position None, not honoured, with unbounded leakage."""
         if m.achieved is not None:
             left, right, total = m.achieved.left, m.achieved.right, m.achieved.total
         elif m.late:
@@ -349,10 +371,12 @@ class RedactionRuntime(StreamRuntime):
         else:
             left, right, total = self.plan_leakage.left, self.plan_leakage.right, self.plan_leakage.total
         assert self.cfg.epsilon is not None
-        return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys, seq=m.seq,
-                              plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon, left=left, right=right,
-                              total=total, honoured=m.honoured, reason=m.reason,
-                              lo=max(0, m.phys - m.left.shape[0]), hi=m.right_end)
+        known = m.phys >= 0
+        return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys if known else None,
+                              seq=m.seq, plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon, left=left,
+                              right=right, total=total, honoured=m.honoured, reason=m.reason,
+                              lo=max(0, m.phys - m.left.shape[0]) if known else None,
+                              hi=m.right_end if known else None)
 
     # -- output -------------------------------------------------------------------------------
     def record(self, r: Release) -> dict[str, Any]:
