@@ -352,24 +352,22 @@ class RedactionRuntime(StreamRuntime):
                     self._warned_open.append(m)
             elif warned and not is_open:
                 self._warned_open = [w for w in self._warned_open if w is not m]
-        self._ledger_events.extend(self._mark_event(m) for m in marks)
+        # a redelivered private frame older than the core's memory names neither a seq nor a
+        # position: it is logged (above) and reported in the status, but has no ledger key
+        known = [m for m in marks if m.seq is not None or m.phys >= 0]
+        self._ledger_events.extend(self._mark_event(m) for m in known)
         return {m.seq if m.seq is not None else -(m.phys + 1):  # rejected frames: negative keys
-                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in marks}
+                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in known}
 
     def _mark_event(self, m: Mark) -> RedactionEvent:
-        """The ledger's record of a mark: its exact achieved leakage once finished; before that
-        what it is planned to give (a late mark: the exact left leakage already incurred plus the
-        right budget), so the ledger holds the mark before any of its neighbours is published. A
+        """The ledger's record of a mark: its exact achieved leakage once finished; before that the
+        exact leakage of the rows used plus the rows committed to its undecided records (≥ what it
+        will achieve), so the ledger holds the mark before any of its neighbours is published. A
         mark whose position is no longer known (phys −1: its record was published too long ago) is
         recorded by its seq with position None, not honoured, with unbounded leakage."""
-        if m.achieved is not None:
-            left, right, total = m.achieved.left, m.achieved.right, m.achieved.total
-        elif m.late:
-            left = math.inf if m.left_leakage is None else m.left_leakage
-            right = 0.0 if m.right_budget is None else m.right_budget
-            total = left + right
-        else:
-            left, right, total = self.plan_leakage.left, self.plan_leakage.right, self.plan_leakage.total
+        figure = m.achieved or m.leakage  # exact for the rows used and committed (never below the truth)
+        assert figure is not None
+        left, right, total = figure.left, figure.right, figure.total
         assert self.cfg.epsilon is not None
         known = m.phys >= 0
         return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys if known else None,
