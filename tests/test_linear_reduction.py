@@ -310,6 +310,25 @@ def test_optimal_markov_is_the_linear_reduction_on_a_tiny_column() -> None:
     assert 3.0 - 1e-6 <= ldp_leakage(p_y_given_s) <= 3.0           # tight at the exact α, and within ε
 
 
+#: Another one: at small α the surplus p − T of column 0 (entries near 1) is a multiple of their ulp,
+#: while the deficit of column 1 (entries ~1e−13) is exact. The maximal coupling moved the rounded
+#: surplus — 0 — so column 1 of s = 1 kept P_{X|S} instead of T, and the non-Markov designer met ε
+#: only 3.5e−4·ε below it (at margin 1e−4).
+TINY_DEFICIT = Joint(np.array([[0.5997439227071253, 5.963348228299864e-13],
+                               [0.4002560772922013, 7.696549240934503e-14]]))
+
+
+def test_maximal_coupling_fills_a_tiny_deficit() -> None:
+    for alpha in (1e-9, 1e-6, 1e-4):
+        t = target(TINY_DEFICIT, alpha)
+        q = transport_kernel(TINY_DEFICIT, t, "tv").reshape(2, 2, 2)
+        realised = np.einsum("sx,sxy->sy", TINY_DEFICIT.x_given_s, q)
+        np.testing.assert_allclose(realised[:, 1], t[:, 1], rtol=1e-12, atol=0)
+    eps = ldp_leakage(target(TINY_DEFICIT, 1e-9))
+    ch = linear_nonmarkov_channel(TINY_DEFICIT, eps, measure="ldp")
+    assert eps - 1e-4 * eps <= ldp_leakage(ch.effective(TINY_DEFICIT)) <= eps
+
+
 def test_northwest_corner_marginals() -> None:
     f = northwest_corner(np.array([0.5, 0.0, 0.5]), np.array([0.2, 0.3, 0.0, 0.5]))
     np.testing.assert_allclose(f.sum(axis=1), [0.5, 0.0, 0.5], atol=1e-15)

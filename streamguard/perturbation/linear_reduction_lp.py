@@ -112,13 +112,13 @@ def _solve(c: NDArray[np.float64], a_eq: sparse.spmatrix, b_eq: NDArray[np.float
     tolerance is absolute (1e−10 at best), so a right-hand side far below it — a target entry
     ~1e−10 — may be met only in absolute terms, e.g. realised as 0 (the channel then never emits that
     symbol and is no longer the reduction it was asked for). Each setting is therefore tried on the
-    model as given and then with every row with b > 0 divided by b, which makes the tolerance
+    model as given and then with every row with a normal b > 0 divided by b, which makes the tolerance
     relative but widens the range of the coefficients; neither alone resolves every badly scaled
     joint."""
     ub = a_ub is not None and a_ub.shape[0] > 0
     weights = [np.ones_like(b_eq)]
     if relative:
-        weights.append(np.divide(1.0, b_eq, out=np.ones_like(b_eq), where=b_eq > 0))
+        weights.append(np.divide(1.0, b_eq, out=np.ones_like(b_eq), where=b_eq >= np.finfo(np.float64).tiny))
     message = ""
     for options in _HIGHS:
         for weight in weights:
@@ -171,8 +171,20 @@ def northwest_corner(supply: NDArray[np.float64], demand: NDArray[np.float64]) -
 
 def _maximal_coupling(p: NDArray[np.float64], q: NDArray[np.float64]) -> NDArray[np.float64]:
     """Prop. 1 (eq. 11a–e) in flow form: diagonal min(p, q), surplus (p − q)⁺ moved north-west-corner
-    onto the deficits (q − p)⁺. Minimises P(Y ≠ X), i.e. it is the D_TV-optimal transport."""
-    return np.diag(np.minimum(p, q)) + northwest_corner(np.maximum(p - q, 0.0), np.maximum(q - p, 0.0))
+    onto the deficits (q − p)⁺. Minimises P(Y ≠ X), i.e. it is the D_TV-optimal transport.
+
+    In floats the two totals differ by rounding — a surplus p − q of two numbers near 1 is a multiple
+    of their ulp, while a deficit of two tiny ones is exact — and a deficit left unfilled is a tiny
+    target entry missed by 100%. So the gap is balanced on the largest entries, where it is below
+    their precision: a missing supply is drawn from the row with the largest p (its row then sums to
+    p + gap, off by a relative gap/p), an excess one goes to the column with the largest q."""
+    supply, demand = np.maximum(p - q, 0.0), np.maximum(q - p, 0.0)
+    gap = float(demand.sum() - supply.sum())
+    if gap > 0:
+        supply[np.argmax(p)] += gap
+    else:
+        demand[np.argmax(q)] -= gap
+    return np.diag(np.minimum(p, q)) + northwest_corner(supply, demand)
 
 
 def _lp_coupling(p: NDArray[np.float64], q: NDArray[np.float64], d: NDArray[np.float64]) -> NDArray[np.float64]:
