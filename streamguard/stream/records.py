@@ -196,6 +196,8 @@ def parse_frame(
         except (UnicodeDecodeError, ValueError, RecursionError):
             readable = False
     ts = _finite_float(obj.get("ts")) if isinstance(obj, dict) else None
+    if ts is not None and ts > now + MAX_CLOCK_AHEAD:
+        ts = None  # not a usable time: a bad clock must not become the stream's newest step
     return Rejection(result.reason, result.message, private=not readable or _asks_private(obj), ts=ts)
 
 

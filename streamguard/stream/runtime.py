@@ -48,7 +48,7 @@ class StreamCounters:
     accepted: int = 0
     released: int = 0
     redacted: int = 0
-    #: Frames that repeated a step already seen (redeliveries) or came after it: no new step.
+    #: Frames that repeated a step already seen (redeliveries): no new step.
     duplicates: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     commands_rejected: Counter[str] = field(default_factory=Counter)
@@ -152,20 +152,25 @@ class StreamRuntime(abc.ABC):
         rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts, sensitive=self._sensitive())
         if not isinstance(rec, Rejection):
             rec = self._outside_model(rec) or rec
+        return rec
+
+    def _intake(self, data: bytes, now: float) -> tuple[RawRecord | Rejection, Step]:
+        """Validate a frame and say which step it is (steps.py). Every frame is counted once: as a
+        duplicate (it repeats a step already seen — whatever else is wrong with it), as rejected
+        (by reason; a late frame is ``ts-out-of-order`` and no step), or as accepted."""
+        rec = self._parse(data, now)
+        step = self.steps.classify(rec.ts)
+        if step.duplicate:
+            self.counters.duplicates += 1
+            return rec, step
+        if not step.new and not isinstance(rec, Rejection):  # late by the step rule (sample slots)
+            rec = Rejection("ts-out-of-order", "field 'ts' lies in a sample slot before the newest one",
+                            private=rec.private, ts=rec.ts)
         if isinstance(rec, Rejection):
             n = self.counters.rejected[rec.reason] = self.counters.rejected[rec.reason] + 1
             if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
                 log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
-        return rec
-
-    def _intake(self, data: bytes, now: float) -> tuple[RawRecord | Rejection, Step]:
-        """Validate a frame and say which step it is (steps.py); counts accepted records and
-        duplicates (a redelivered or late frame: no new step)."""
-        rec = self._parse(data, now)
-        step = self.steps.classify(rec.ts)
-        if not step.new:
-            self.counters.duplicates += 1
-        elif not isinstance(rec, Rejection):
+        else:
             self._last_ts = rec.ts
             self.counters.accepted += 1
         return rec, step
@@ -251,7 +256,7 @@ class RedactionRuntime(StreamRuntime):
         daemon's clock — lies within ``schedule_guard`` of a schedule window (fail closed)."""
         rec, step = self._intake(data, now)
         rejection = rec if isinstance(rec, Rejection) else None
-        if not step.new:
+        if not step.new:  # a redelivery, or a late frame: no step of its own
             if rec.private and step.repeat is not None:
                 self.core.mark_position(step.repeat, source="flag")
             elif rec.private:  # older than the memory: nothing left to protect, and it is said

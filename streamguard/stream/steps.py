@@ -30,13 +30,15 @@ MEMORY = 4096
 
 @dataclass(frozen=True)
 class Step:
-    """The verdict for one frame: ``repeat`` is the physical index of the step it repeats (None:
-    unknown, too old, or a new step); ``missing`` the times of the slots skipped before it (new
-    steps with no reading); ``new`` whether the frame is a step of its own."""
+    """The verdict for one frame: ``new`` whether it is a step of its own; ``duplicate`` whether
+    it repeats a step already seen (the same ``ts``, or slot); ``repeat`` the physical index of the
+    step it repeats, or — for a late frame — of the remembered step nearest in time (None: older
+    than the memory); ``missing`` the times of the slots skipped before a new step."""
 
     new: bool
     repeat: int | None = None
     missing: tuple[float, ...] = ()
+    duplicate: bool = False
 
 
 class StepTracker:
@@ -64,7 +66,7 @@ class StepTracker:
             return Step(True)
         key = self._key(t)
         if key in self._by_key:
-            return Step(False, self._by_key[key])
+            return Step(False, self._by_key[key], duplicate=True)
         if self._newest is not None and key < self._newest:
             return Step(False, self._nearest(key))
         missing: tuple[float, ...] = ()
