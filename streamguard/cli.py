@@ -27,6 +27,7 @@ from .chain import MarkovChain, ModelError
 from .channel import ChannelError, ChannelSequence
 from .redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from .redaction.design import DESIGNS
+from .audit.start import start_effect
 from .redaction.plan import RedactionPlan, plan_redaction, plan_stream
 
 
@@ -153,9 +154,12 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
         raise CliError("--stream plans 3R only (no --baseline, --brute or --plot)")
     if args.n is not None or args.private:
         raise CliError("--stream plans by distance to any private position: no --n or --private")
+    initial = None if chain.stationary else chain.initial  # --initial: the first record's law is known
+    chain = MarkovChain(chain.matrix)  # the table is planned for the stationary stream
     sp = plan_stream(chain, args.epsilon, design=args.design, split=args.split, threshold=args.threshold)
     lk = sp.leakage()
     table = sp.table()
+    near = start_effect(chain.matrix, sp.left.red[: sp.left_horizon], sp.left.budget, initial)
     if args.json:
         print(json.dumps({
             "stream": True, "epsilon": sp.epsilon, "design": sp.design,
@@ -164,6 +168,7 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
             "left_horizon": sp.left_horizon, "right_horizon": sp.right_horizon,
             "offsets": sp.offsets().tolist(), "redaction": table.tolist(),
             "leakage": lk.total, "leakage_sides": {"left": lk.left, "right": lk.right},
+            "start": near,
         }))
         return 0
     print(f"3R stream plan — binary chain α={chain.alpha:g}, β={chain.beta:g}, ε={sp.epsilon:g} nats, "
@@ -182,6 +187,11 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
         start = end
     print(f"\nhorizons: left {sp.left_horizon} (release delay), right {sp.right_horizon}; farther records are released")
     print(f"exact leakage in an unbounded stream: {lk.total:.9f} nats (left {lk.left:.6g}, right {lk.right:.6g})")
+    law = "the stated initial law" if initial is not None else "any initial law (a sensor may boot in a known state)"
+    print(f"near the start, for {law}: marks at 0-based positions < {near['redact_to_start']} redact their left "
+          f"side to the start; further on the plan's left rows leak up to {near['worst_left']:.6g} nats and the "
+          f"right side gets what is left of ε; from position {near['matters_until']} on the start does not matter "
+          f"(< 1e-12 nats)")
     return 0
 
 

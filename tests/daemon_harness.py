@@ -35,7 +35,7 @@ from streamguard.stream.daemon import Daemon
 from streamguard.stream.transport import Backoff, Message, MqttTransport, reconnecting
 
 FAST = Backoff(base=0.02, cap=0.2)
-RECORD_KEYS = {"device", "stream", "seq", "ts", "value", "redacted", "mode"}
+RECORD_KEYS = {"device", "stream", "seq", "ts", "value", "redacted", "redaction", "mode"}
 AGGREGATE_KEYS = {"device", "stream", "index", "kind", "lo", "hi", "values", "sigma", "beta", "lipschitz", "epsilon",
                   "model", "witness", "influence", "mode"}
 PRIVACY_KEYS = {"stream", "epsilon", "horizons", "plan_leakage", "open_marks", "recent_marks", "restarted",
@@ -183,7 +183,9 @@ class Truth:
         return self.labels[self.state_of_seq(seq)]
 
     def flag_marks(self) -> set[int]:
-        return {i for i, (ok, _, _, flag) in enumerate(self.steps) if ok and flag}
+        """Steps whose frame asked to be private — a rejected frame too, when it may carry the
+        request (:func:`may_ask_private`)."""
+        return {i for i, (_, _, _, flag) in enumerate(self.steps) if flag}
 
     def rejected(self) -> int:
         return sum(not ok for ok, *_ in self.steps)
@@ -199,11 +201,30 @@ def truth_of(frames: Sequence[Frame], stream: str, labels: Sequence[str]) -> Tru
             t.now_marks.add(len(t.steps) - 1)
             continue
         ok = f.meta.accepted
-        flag = ok and b'"private": true' in f.payload
+        flag = b'"private": true' in f.payload if ok else may_ask_private(f.payload)
         if ok:
             t.seq_phys.append(len(t.steps))
         t.steps.append((ok, f.meta.state if ok else None, f.meta.ts, flag))
     return t
+
+
+def may_ask_private(payload: bytes) -> bool:
+    """Issue 9 item 8, from its text: a rejected frame is private unless it decodes as JSON in which
+    no object has a key "private" (any case) with a value other than false. Undecodable frames
+    (not UTF-8, not JSON, larger than the 16 KB frame limit, nested too deeply) may carry one."""
+    if len(payload) > 16 * 1024:
+        return True
+    found: list[bool] = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found.extend(v is not False for k, v in pairs if k.strip().lower() == "private")
+        return dict(pairs)
+
+    try:
+        json.loads(payload.decode("utf-8"), object_pairs_hook=hook)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return True
+    return any(found)
 
 
 def expected_rows(n_steps: int, marks: Iterable[int], plan: StreamPlan) -> np.ndarray:
@@ -252,6 +273,8 @@ def check_message(m: Message, *, base: str, device: str, labels: dict[str, Seque
             assert isinstance(r["seq"], int) and r["seq"] >= 0 and isinstance(r["ts"], float)
             assert isinstance(r["redacted"], bool) and (r["value"] is None) == r["redacted"]
             assert r["redacted"] or r["value"] in labels[stream]
+            row = r["redaction"]  # the redaction row used: Pr(⊥ | state) per state
+            assert isinstance(row, list) and len(row) == len(labels[stream]) and all(0 <= x <= 1 for x in row)
             assert r["mode"] in ("csprng", "deterministic") and (mode is None or r["mode"] == mode)
         return "data"
     if kind == "aggregate":  # a noisy window: positions and noisy numbers only

@@ -154,14 +154,18 @@ def check_marks_report(report: dict[str, Any], truth: Truth, marks: set[int], pl
     exact = 0
     plan_total = plan.leakage().total
     for mk in report["recent_marks"]:
-        p = truth.seq_phys[mk["seq"]]
+        p = mk["position"] if mk["seq"] is None else truth.seq_phys[mk["seq"]]  # a rejected frame: by position
         assert p in marks, f"a mark at seq {mk['seq']} that no flag, command or schedule made"
         assert mk["honoured"] and not mk["late"], mk
         assert source is None or mk["source"] == source, mk
         total = mk["achieved"]["total"]
         assert total <= plan.epsilon + 1e-9, mk
         if isolated(p, marks, truth, plan):
-            assert abs(total - plan_total) <= 1e-9, (mk, plan_total)
+            # the worst case over the law of the first reading is never below the stationary value,
+            # and equals it once the start has mixed away (|λ|^p < 1e-12 for these chains at p ≥ 150)
+            assert total >= plan_total - 1e-9, (mk, plan_total)
+            if p >= 150:
+                assert abs(total - plan_total) <= 1e-9, (mk, plan_total)
             exact += 1
     return exact
 
@@ -378,7 +382,10 @@ async def test_marks_by_flag_command_now_and_schedule(mosquitto: Broker, tmp_pat
     left, right, total = late_expectation(strong, 1.0, [(1, 1), (1, 1), (0, 0), (0, 0)])
     mk = marks_by["cmd"][48]
     assert mk["late"] and mk["honoured"] and mk["source"] == "command"
-    assert abs(mk["left_leakage"] - left) <= 1e-9 and abs(mk["right_budget"] - (1.0 - left)) <= 1e-9
+    # the expectation assumes a stationary first reading; the daemon takes the worst initial law,
+    # 44 steps back (an excess of order |λ|^44 ≈ 1e-7): never below, and the right gets the rest
+    assert left - 1e-9 <= mk["left_leakage"] <= left + 1e-6
+    assert abs(mk["right_budget"] - (1.0 - mk["left_leakage"])) <= 1e-9
     assert abs(mk["achieved"]["total"] - total) <= 1e-9 and total <= 1.0 + 1e-9
     rows = expected_rows(n, {20}, splan)
     for d, row in [(-2, (1, 1)), (-1, (1, 1)), (0, (1, 1))] + [(i + 1, tuple(r)) for i, r in enumerate(right)]:

@@ -20,7 +20,7 @@ from streamguard.perturbation.linear_reduction import (
     alpha_for, alpha_for_both, alpha_for_ldp, alpha_for_loglift, direct_eps_lp, ldp_leakage, leakage, lemma1_kernel,
     linear_markov_channel, linear_nonmarkov_channel, linear_optimal_markov_channel, log_lift_leakage, target)
 from streamguard.perturbation.linear_reduction_lp import (
-    cost_matrix, expected_cost, markov_lp_kernel, northwest_corner, transport_kernel)
+    TARGET_RTOL, cost_matrix, expected_cost, markov_lp_kernel, northwest_corner, transport_kernel)
 
 TOL = 1e-6
 #: Comparing optimal values of different LPs: HiGHS's feasibility/optimality tolerances are ~1e−7.
@@ -293,6 +293,42 @@ def test_bad_inputs_refused() -> None:
         transport_kernel(EX1, target(EX1, 0.5), method="simplex")  # type: ignore[arg-type]
 
 
+#: A badly scaled joint hypothesis found (P_X(4) ≈ 4e−10, P_{X|S}(4|0) ≈ 7e−21): HiGHS's absolute
+#: feasibility tolerance met the target column 4 (entries ~6e−11 and ~1e−9) by realising it as 0, so
+#: the optimal-Markov channel never emitted symbol 4, P_Y ≠ P_X, and its LDP was 2.22 at ε = 3.
+TINY_COLUMN = Joint(np.array([
+    [0.006158533410602706, 0.002305784378706339, 0.6898871451747177, 1.0695189614123904e-07, 4.856484716794091e-21],
+    [3.2810579556495466e-15, 1.3461280532377223e-13, 0.3016484296729693, 1.4158394097498242e-12,
+     4.095541255964554e-10]]))
+
+
+def test_optimal_markov_is_the_linear_reduction_on_a_tiny_column() -> None:
+    ch = linear_optimal_markov_channel(TINY_COLUMN, 3.0, measure="ldp")
+    p_y_given_s = ch.effective(TINY_COLUMN)
+    t = target(TINY_COLUMN, ch.params["alpha"])
+    assert np.all(np.abs(p_y_given_s - t) <= 1e-6 * t)            # every symbol, tiny ones too, as T says
+    assert 3.0 - 1e-6 <= ldp_leakage(p_y_given_s) <= 3.0           # tight at the exact α, and within ε
+
+
+#: Another one: at small α the surplus p − T of column 0 (entries near 1) is a multiple of their ulp,
+#: while the deficit of column 1 (entries ~1e−13) is exact. The maximal coupling moved the rounded
+#: surplus — 0 — so column 1 of s = 1 kept P_{X|S} instead of T, and the non-Markov designer met ε
+#: only 3.5e−4·ε below it (at margin 1e−4).
+TINY_DEFICIT = Joint(np.array([[0.5997439227071253, 5.963348228299864e-13],
+                               [0.4002560772922013, 7.696549240934503e-14]]))
+
+
+def test_maximal_coupling_fills_a_tiny_deficit() -> None:
+    for alpha in (1e-9, 1e-6, 1e-4):
+        t = target(TINY_DEFICIT, alpha)
+        q = transport_kernel(TINY_DEFICIT, t, "tv").reshape(2, 2, 2)
+        realised = np.einsum("sx,sxy->sy", TINY_DEFICIT.x_given_s, q)
+        np.testing.assert_allclose(realised[:, 1], t[:, 1], rtol=1e-12, atol=0)
+    eps = ldp_leakage(target(TINY_DEFICIT, 1e-9))
+    ch = linear_nonmarkov_channel(TINY_DEFICIT, eps, measure="ldp")
+    assert eps - 1e-4 * eps <= ldp_leakage(ch.effective(TINY_DEFICIT)) <= eps
+
+
 def test_northwest_corner_marginals() -> None:
     f = northwest_corner(np.array([0.5, 0.0, 0.5]), np.array([0.2, 0.3, 0.0, 0.5]))
     np.testing.assert_allclose(f.sum(axis=1), [0.5, 0.0, 0.5], atol=1e-15)
@@ -412,6 +448,28 @@ def test_exact_alpha_is_tight_and_minimal(joint: Joint, frac: float, measure: st
     x_leak = leakage(joint, joint.x_given_s, measure)
     if math.isfinite(x_leak):
         assert alpha_for(joint, x_leak * 1.000001, measure) <= 1e-12   # no reduction needed (up to rounding)
+
+
+@given(joints(), st.floats(0.0, 1.0))
+def test_lp_kernels_realise_the_target_relatively_or_refuse(joint: Joint, alpha: float) -> None:
+    """The LP kernels meet T entrywise to relative accuracy — HiGHS's tolerances are absolute, and a
+    target entry met only in absolute terms (e.g. as 0) is not the linear reduction and not tight at
+    the exact α — or raise DesignError, on which the designers fall back to a closed form. Bound:
+    the LP's equalities within TARGET_RTOL relative, the rows' renormalisation by sums within as much
+    again, plus float rounding of the products."""
+    t = target(joint, alpha)
+    realised = []
+    try:
+        realised.append(joint.x_given_s @ markov_lp_kernel(joint, t, "tv"))
+    except DesignError:
+        pass
+    try:
+        q = transport_kernel(joint, t, "squared", method="lp").reshape(joint.n_s, joint.n_x, joint.n_x)
+        realised.append(np.einsum("sx,sxy->sy", joint.x_given_s, q))
+    except DesignError:
+        pass
+    for r in realised:
+        assert np.all(np.abs(r - t) <= (2 * TARGET_RTOL + 1e-14) * t)
 
 
 @given(joints(), st.floats(0.0, 3.0), st.floats(0.0, 3.0))

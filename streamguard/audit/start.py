@@ -272,3 +272,43 @@ def _constant_ratio(f: NDArray[np.float64], g: NDArray[np.float64]) -> float | N
 def as_side_range(pairs: NDArray[np.float64]) -> SideRange:
     """The binary pair matrix as the stationary audit's :class:`SideRange` of log Pr(y|0)/Pr(y|1)."""
     return SideRange(-float(pairs[1, 0]), float(pairs[0, 1]))
+
+
+def start_effect(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budget: float,
+                 initial: NDArray[np.float64] | None = None, *, tol: float = 1e-12) -> dict[str, float | int]:
+    """How far from a stream's first record its unknown law matters to a stream plan's left side
+    (``left_rows`` by distance 1..H), for ``plan --stream`` and ``config check``:
+
+    - ``redact_to_start``: marks at 0-based positions p < this have a window that reaches the first
+      record and whose plan rows exceed the left budget for some initial law; the daemon redacts
+      their left side to the start (a side that releases nothing leaks nothing);
+    - ``worst_left``: the largest worst-case left leakage of the plan's rows over positions
+      p ≥ redact_to_start (the daemon gives the right side what is left of ε, so the total holds);
+    - ``matters_until``: from this position on, the worst case over initial laws differs from the
+      stationary left leakage by less than ``tol`` nats.
+    """
+    H = left_rows.shape[0]
+
+    def worst(p: int) -> float:
+        m = min(H, p)
+        reaches = m == p
+        kern = np.broadcast_to(P, (m if reaches else m + 1, *P.shape)).copy()
+        if reaches:
+            laws = np.eye(P.shape[0]) if initial is None else np.asarray(initial, dtype=np.float64)[None]
+        else:
+            laws = laws_at_distance(P, p - m - 1, initial)
+        return float(left_pairs(kern, left_rows[:m], laws, reaches_start=reaches).max())
+
+    stationary = worst(10**9)  # far from the start, where every law has mixed to π
+    redact = 0
+    for p in range(H + 1):
+        if worst(p) > left_budget * (1 + 1e-12) + 1e-15:
+            redact = p + 1
+    worst_left = max(worst(p) for p in range(redact, H + 2))
+    lo, hi = H + 1, H + 2
+    while worst(hi) - stationary >= tol and hi < 10**9:  # the excess shrinks like |λ|^(p−H−1)
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if worst(mid) - stationary >= tol else (lo, mid)
+    return {"redact_to_start": redact, "worst_left": worst_left, "matters_until": hi}

@@ -296,8 +296,9 @@ def linear_optimal_markov_channel(joint: Joint, epsilon: float, *, measure: Meas
                                   cost: Cost = "tv") -> PerturbationChannel:
     """Kind ``"linear-optimal"``: the cheapest Markov kernel K with P_{X|S}·K = target (notes/004
     §3.5, an LP solved by HiGHS). Lemma 1 is feasible, so it is never worse than ``"linear"``
-    at the same α (and Lemma 1 is what it returns, method "lemma1", if the LP fails or its
-    solution misses the budget by rounding); with |S| < |X| it is usually strictly better.
+    at the same α (and Lemma 1 is what it returns, method "lemma1", if the LP fails, cannot realise
+    the target to the relative accuracy ``linear_reduction_lp.TARGET_RTOL`` — on badly scaled joints
+    — or its solution misses the budget by rounding); with |S| < |X| it is usually strictly better.
     ``cost``: "tv" (D_TV, i.e. the 0-1 distortion), "abs" (|i−j|), "squared" ((i−j)²) or an
     |X|×|X| matrix d(x', x)."""
     return _design(joint, epsilon, measure, kind="linear-optimal", inputs="x",

@@ -36,6 +36,14 @@ from .model import DesignError, Joint
 Cost = Literal["tv", "abs", "squared"] | ArrayLike
 Method = Literal["auto", "closed", "quantile", "lp"]
 
+#: Relative accuracy to which the LP kernels that realise a target T (:func:`markov_lp_kernel`, the
+#: transport LP) meet their equalities: each within TARGET_RTOL·b. With the kernel rows then divided
+#: by their sums (also within TARGET_RTOL of theirs), every entry of the realised P_{Y|S} is within a
+#: factor 1 ± ~2·TARGET_RTOL of T's, so every leakage of the realised channel (the log of a ratio of
+#: two such entries, or of one and its P_S-average) is within ~4·TARGET_RTOL = 4e−9 of the target's:
+#: at the exact α(ε) the channel stays tight (notes/004 §3.6).
+TARGET_RTOL = 1e-9
+
 #: HiGHS dual-simplex settings tried in turn: tight tolerances give vertex solutions with
 #: feasibility error ~1e−15, but HiGHS may call a badly scaled model (probabilities ~1e−10 and
 #: below) infeasible under them, so looser settings follow. The designers re-check the realised
@@ -95,22 +103,41 @@ def _check_target(joint: Joint, t: ArrayLike) -> NDArray[np.float64]:
 
 
 def _solve(c: NDArray[np.float64], a_eq: sparse.spmatrix, b_eq: NDArray[np.float64], what: str,
-           a_ub: sparse.spmatrix | None = None) -> NDArray[np.float64]:
+           a_ub: sparse.spmatrix | None = None, *, relative: bool = False) -> NDArray[np.float64]:
     """min c·v s.t. a_eq·v = b_eq, a_ub·v ≤ 0, v ≥ 0 (HiGHS dual simplex, settings ``_HIGHS`` in
-    turn); DesignError if every one fails."""
+    turn); DesignError if every one fails.
+
+    With ``relative`` the equalities must hold *relatively*: a setting's solution is accepted only if
+    every one holds within :data:`TARGET_RTOL`·b (a row with b = 0 exactly). HiGHS's feasibility
+    tolerance is absolute (1e−10 at best), so a right-hand side far below it — a target entry
+    ~1e−10 — may be met only in absolute terms, e.g. realised as 0 (the channel then never emits that
+    symbol and is no longer the reduction it was asked for). Each setting is therefore tried on the
+    model as given and then with every row with a normal b > 0 divided by b, which makes the tolerance
+    relative but widens the range of the coefficients; neither alone resolves every badly scaled
+    joint."""
     ub = a_ub is not None and a_ub.shape[0] > 0
+    weights = [np.ones_like(b_eq)]
+    if relative:
+        weights.append(np.divide(1.0, b_eq, out=np.ones_like(b_eq), where=b_eq >= np.finfo(np.float64).tiny))
+    message = ""
     for options in _HIGHS:
-        res = linprog(c, A_ub=a_ub if ub else None, b_ub=np.zeros(a_ub.shape[0]) if ub else None,
-                      A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs-ds", options=options)
-        if res.status == 0:
-            return np.clip(res.x, 0.0, None)
-    raise DesignError(f"linear reduction: {what} LP failed ({res.message})")
+        for weight in weights:
+            res = linprog(c, A_ub=a_ub if ub else None, b_ub=np.zeros(a_ub.shape[0]) if ub else None,
+                          A_eq=sparse.diags(weight) @ a_eq, b_eq=b_eq * weight, bounds=(0, None),
+                          method="highs-ds", options=options)
+            v = np.clip(res.x, 0.0, None) if res.status == 0 else None
+            if v is not None and (not relative or np.all(np.abs(a_eq @ v - b_eq) <= TARGET_RTOL * b_eq)):
+                return v
+            message = res.message if v is None else f"equalities missed by more than {TARGET_RTOL:g} relative"
+    raise DesignError(f"linear reduction: {what} LP failed ({message})")
 
 
 def markov_lp_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv") -> NDArray[np.float64]:
     """The cheapest Markov kernel: min Σ P_X(x')·K[x',x]·d(x',x) s.t. P_{X|S}·K = T, K·1 = 1, K ≥ 0
-    (notes/004 §3.5). Variables K row-major (index x'·n + x). Raises DesignError if infeasible
-    (never for a linear-reduction target with α ∈ [0, 1], which Lemma 1 meets)."""
+    (notes/004 §3.5), the equalities met to relative accuracy :data:`TARGET_RTOL`. Variables K
+    row-major (index x'·n + x). Raises DesignError if HiGHS finds no such solution — not because the
+    LP is infeasible (Lemma 1 meets every linear-reduction target with α ∈ [0, 1]) but on badly
+    scaled joints, where its tolerances cannot resolve target entries far below 1e−10."""
     n = joint.n_x
     tt = _check_target(joint, t)
     d = cost_matrix(cost, n)
@@ -118,7 +145,7 @@ def markov_lp_kernel(joint: Joint, t: ArrayLike, cost: Cost = "tv") -> NDArray[n
     a_eq = sparse.vstack([sparse.kron(sparse.csr_matrix(joint.x_given_s), eye),   # (P_{X|S}·K)[s, x]
                           sparse.kron(eye, np.ones((1, n)))], format="csr")          # Σ_x K[x', x]
     b_eq = np.concatenate([tt.ravel(), np.ones(n)])
-    k = _solve((joint.p_x[:, None] * d).ravel(), a_eq, b_eq, "optimal Markov").reshape(n, n)
+    k = _solve((joint.p_x[:, None] * d).ravel(), a_eq, b_eq, "optimal Markov", relative=True).reshape(n, n)
     return k / k.sum(axis=1, keepdims=True)
 
 
@@ -144,16 +171,29 @@ def northwest_corner(supply: NDArray[np.float64], demand: NDArray[np.float64]) -
 
 def _maximal_coupling(p: NDArray[np.float64], q: NDArray[np.float64]) -> NDArray[np.float64]:
     """Prop. 1 (eq. 11a–e) in flow form: diagonal min(p, q), surplus (p − q)⁺ moved north-west-corner
-    onto the deficits (q − p)⁺. Minimises P(Y ≠ X), i.e. it is the D_TV-optimal transport."""
-    return np.diag(np.minimum(p, q)) + northwest_corner(np.maximum(p - q, 0.0), np.maximum(q - p, 0.0))
+    onto the deficits (q − p)⁺. Minimises P(Y ≠ X), i.e. it is the D_TV-optimal transport.
+
+    In floats the two totals differ by rounding — a surplus p − q of two numbers near 1 is a multiple
+    of their ulp, while a deficit of two tiny ones is exact — and a deficit left unfilled is a tiny
+    target entry missed by 100%. So the gap is balanced on the largest entries, where it is below
+    their precision: a missing supply is drawn from the row with the largest p (its row then sums to
+    p + gap, off by a relative gap/p), an excess one goes to the column with the largest q."""
+    supply, demand = np.maximum(p - q, 0.0), np.maximum(q - p, 0.0)
+    gap = float(demand.sum() - supply.sum())
+    if gap > 0:
+        supply[np.argmax(p)] += gap
+    else:
+        demand[np.argmax(q)] -= gap
+    return np.diag(np.minimum(p, q)) + northwest_corner(supply, demand)
 
 
 def _lp_coupling(p: NDArray[np.float64], q: NDArray[np.float64], d: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Optimal transport p → q under cost d by LP over the flow π (row sums p, column sums q)."""
+    """Optimal transport p → q under cost d by LP over the flow π (row sums p, column sums q, each to
+    relative accuracy :data:`TARGET_RTOL`; DesignError if HiGHS finds no such flow)."""
     n = p.size
     eye, ones = sparse.identity(n, format="csr"), np.ones((1, n))
     a_eq = sparse.vstack([sparse.kron(eye, ones), sparse.kron(ones, eye)], format="csr")
-    return _solve(d.ravel(), a_eq, np.concatenate([p, q]), "transport").reshape(n, n)
+    return _solve(d.ravel(), a_eq, np.concatenate([p, q]), "transport", relative=True).reshape(n, n)
 
 
 def default_method(cost: Cost) -> Method:

@@ -1,0 +1,535 @@
+"""The real daemon against the *true world*: exact leakage about every private step, computed by
+the tests' own evaluator (tests/true_world.py) from the rows the daemon published, the true
+chain and the true initial law — including the steps the daemon never saw (lost frames, the
+hidden gap of a restart) and the steps it published nothing for (rejected frames).
+
+Each run: one redaction stream (labels lo/hi, the true α, β as its model, ε), frames fed
+in-process through an extra source (the ``source = "stdin"`` path), commands through
+``Daemon.handle_command``, published records captured from Mosquitto by a Spy. Every true step has
+its own ``ts``, so published copies map to true steps by ``ts``. The contract checked (issue 9):
+
+- every record carries ``"redaction": [r0, r1]``, consistent with what it shows;
+- for every mark (``open_marks``/``recent_marks``; mapped to its true step by ``ts``, else by
+  ``seq``, else — a non-JSON frame — by arrival order): every figure it reports
+  (``leakage.total``, ``achieved.total``) ≥ the true leakage − 1e-9; if it says ``honoured``, the
+  true leakage for the true μ, and for every initial law (item 9), is ≤ ε·(1+1e-9);
+- every step the daemon could know to be private (flag, redelivered flag, command, schedule,
+  rejected private frame) has a mark; no mark stays open after a drained run; ``run`` returns.
+
+Failures name the run's seed (rerun one run with ``STREAMGUARD_PROPERTY_SEED``); the property
+test runs ``STREAMGUARD_PROPERTY_RUNS`` runs (default 12). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import math
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from brokers import Broker, mosquitto  # noqa: F401 - pytest fixture
+from daemon_harness import Spy, running
+from streamguard.config import Settings
+from streamguard.stream.daemon import Daemon
+from true_world import combine_copies, transition, true_leakage, worst_over_initial
+
+BASE, DEVICE, NAME = "tw", "dev", "s"
+LABELS = ("lo", "hi")
+DATA = f"{BASE}/{DEVICE}/{NAME}/data"
+#: A whole minute (so schedule windows of whole minutes hold whole steps).
+T0 = 1_699_999_980
+RUN_TIMEOUT = 60.0
+SPY_TIMEOUT = 15.0
+TOL = 1e-9
+
+
+# -- the true world and the script the daemon sees ------------------------------------------------
+@dataclass
+class World:
+    """The truth of one stream: chain, initial law, states and ``ts`` of every step, and which
+    steps are private in a way the daemon can know (``private``); ``lives`` is what each daemon
+    life receives, in order: ("frame", step, bytes) — step −1 for a frame that is no new step —,
+    ("command", step, bytes), or ("await-seq", seq, b"") (wait until that record is published)."""
+
+    seed: int
+    alpha: float
+    beta: float
+    epsilon: float
+    mu: np.ndarray
+    states: list[int]
+    ts: list[float]
+    private: set[int] = field(default_factory=set)
+    lives: list[list[tuple[str, int, bytes]]] = field(default_factory=lambda: [[]])
+    schedule: list[dict[str, str]] = field(default_factory=list)
+    delay: int | None = None
+    max_hold: float | None = None
+    #: step → seq of its accepted record (the contract's numbering)
+    seq_of: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def P(self) -> np.ndarray:
+        return transition(self.alpha, self.beta)
+
+    def describe(self) -> str:
+        return (f"seed={self.seed} alpha={self.alpha:.4g} beta={self.beta:.4g} eps={self.epsilon:.4g} "
+                f"mu={self.mu.tolist()} n={len(self.states)}")
+
+
+def sample_world(seed: int, alpha: float, beta: float, epsilon: float, mu: np.ndarray, n: int,
+                 spacing: float = 1.0) -> World:
+    rng = np.random.default_rng(seed)
+    P = transition(alpha, beta)
+    states = [int(rng.choice(2, p=mu))]
+    for _ in range(n - 1):
+        states.append(int(rng.choice(2, p=P[states[-1]])))
+    return World(seed, alpha, beta, epsilon, np.asarray(mu, dtype=float), states,
+                 [T0 + spacing * t + spacing / 2 for t in range(n)])
+
+
+def reading(w: World, t: int, *, private: bool = False) -> bytes:
+    return json.dumps({"value": LABELS[w.states[t]], "ts": w.ts[t], **({"private": True} if private else {})}).encode()
+
+
+def malformed(w: World, t: int, *, private: bool = False) -> bytes:
+    return json.dumps({"value": "xx", "ts": w.ts[t], **({"private": True} if private else {})}).encode()
+
+
+def escaped_private(w: World, t: int) -> bytes:
+    """A rejected frame whose "private" key is spelt with an escape (item 8)."""
+    return b'{"\\u0070rivate": true, "value": "xx", "ts": %r}' % w.ts[t]
+
+
+NOT_JSON = b'{"value": "lo", "ts": '  # truncated: unreadable, ts unknown
+
+
+class Script:
+    """Builds a world's lives, keeping the contract's seq numbering and the private steps."""
+
+    def __init__(self, w: World) -> None:
+        self.w = w
+        self.next_seq = 0
+
+    def restart(self) -> None:
+        self.w.lives.append([])
+
+    def send(self, t: int, kind: str = "reading", *, private: bool = False) -> bytes:
+        w = self.w
+        if kind == "reading":
+            data = reading(w, t, private=private)
+            w.seq_of[t] = self.next_seq
+            self.next_seq += 1
+        elif kind == "malformed":
+            data = malformed(w, t, private=private)
+        elif kind == "escaped":
+            data, private = escaped_private(w, t), True
+        elif kind == "not-json":
+            data = NOT_JSON
+        else:
+            raise ValueError(kind)
+        if private:
+            w.private.add(t)
+        w.lives[-1].append(("frame", t, data))
+        return data
+
+    def resend(self, data: bytes) -> None:
+        """A redelivery (same bytes, same ts): no new step."""
+        self.w.lives[-1].append(("frame", -1, data))
+
+    def command(self, t: int) -> None:
+        self.w.private.add(t)
+        self.w.lives[-1].append(("command", t, json.dumps({"private": self.w.seq_of[t]}).encode()))
+
+    def await_seq(self, seq: int) -> None:
+        self.w.lives[-1].append(("await-seq", seq, b""))
+
+
+def minute_window(ts: float) -> dict[str, str]:
+    """The one-minute daily window (local time) that holds ``ts``."""
+    start = dt.datetime.fromtimestamp(ts).replace(second=0, microsecond=0)
+    return {"start": start.strftime("%H:%M"), "end": (start + dt.timedelta(minutes=1)).strftime("%H:%M")}
+
+
+def in_window(ts: float, window: dict[str, str]) -> bool:
+    return dt.datetime.fromtimestamp(ts).strftime("%H:%M") == window["start"]
+
+
+# -- running the daemon ------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    records: list[dict[str, Any]]  # every distinct record published (all lives)
+    marks: list[list[dict[str, Any]]]  # per life: open + recent marks after it returned
+    open_after: list[int]  # per life: open marks left after the drained run
+
+
+def _settings(broker: Broker, w: World, outbox: Path) -> Settings:
+    stream: dict[str, Any] = {"name": NAME, "labels": list(LABELS), "model": {"alpha": w.alpha, "beta": w.beta},
+                              "epsilon": w.epsilon, "source": "stdin", "schedule": w.schedule}
+    if w.delay is not None:
+        stream["delay"] = w.delay
+    if w.max_hold is not None:
+        stream["max_hold"] = w.max_hold
+    return Settings(device=DEVICE, topic_base=BASE, broker=broker.broker_config(), outbox={"path": outbox},
+                    streams=[stream], stdout=False, deterministic_seed=w.seed)
+
+
+async def run_world(broker: Broker, w: World, workdir: Path) -> Outcome:
+    """Run every life of ``w`` on one outbox; collect what was published and the final marks."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    spy = Spy(broker.broker_config(), DATA, name=f"spy{w.seed}")
+    marks: list[list[dict[str, Any]]] = []
+    open_after: list[int] = []
+    async with running(spy.run()):
+        await asyncio.wait_for(spy.subscribed.wait(), 10)
+        for life in w.lives:
+            daemon = Daemon(_settings(broker, w, workdir / "outbox.sqlite"), extra_sources=[])
+
+            async def source(life: list[tuple[str, int, bytes]] = life, daemon: Daemon = daemon
+                             ) -> AsyncIterator[tuple[str, bytes]]:
+                for kind, arg, data in life:
+                    if kind == "frame":
+                        yield NAME, data
+                    elif kind == "command":
+                        await daemon.handle_command(NAME, data)
+                    else:
+                        await spy.wait_until(lambda s=arg: s in spy.seqs(DATA), SPY_TIMEOUT, f"record seq {arg}")
+
+            daemon.extra_sources.append(source)
+            await asyncio.wait_for(daemon.run(asyncio.Event()), RUN_TIMEOUT)
+            status = daemon.runtimes[NAME].privacy_status()
+            next_seq = status["next_seq"]
+            await spy.wait_until(lambda n=next_seq: spy.seqs(DATA) >= set(range(n)), SPY_TIMEOUT,
+                                 f"records 0..{next_seq - 1}")
+            marks.append(status["open_marks"] + status["recent_marks"])
+            open_after.append(len(status["open_marks"]))
+    by_seq: dict[int, set[bytes]] = {}
+    for seq, payload in spy.records(DATA):
+        by_seq.setdefault(seq, set()).add(payload)
+    records = []
+    for seq, payloads in sorted(by_seq.items()):
+        assert len(payloads) == 1, f"{w.describe()}: record seq {seq} published with two different payloads"
+        records.append(json.loads(next(iter(payloads))))
+    return Outcome(records, marks, open_after)
+
+
+# -- the true leakage and the checks -------------------------------------------------------------
+def _number(x: Any) -> float:
+    return math.inf if x == "inf" else float(x)
+
+
+@dataclass
+class Verdict:
+    rows: np.ndarray
+    truth: dict[int, float]  # step → true leakage (true μ) of the steps that have marks
+    problems: list[str]
+    marks_of: dict[int, list[dict[str, Any]]]
+
+
+def evaluate(w: World, out: Outcome) -> Verdict:
+    """Effective rows of every true step from the published records; every mark checked against
+    the true leakage of its step (see module docstring). Returns the problems found."""
+    n, P = len(w.states), w.P
+    problems: list[str] = []
+    step_of_ts = {ts: t for t, ts in enumerate(w.ts)}
+    copies: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+    step_of_seq: dict[int, int] = {}
+    rowless: list[int] = []
+    for r in out.records:
+        t = step_of_ts.get(r["ts"])
+        if t is None:
+            problems.append(f"record seq {r['seq']} has a ts of no true step")
+            continue
+        step_of_seq[r["seq"]] = t
+        if "redaction" not in r:
+            rowless.append(r["seq"])
+            copies[t].append((0.0, 0.0))  # unknown row: as if released for sure (no credit taken)
+            continue
+        r0, r1 = (float(v) for v in r["redaction"])
+        x = w.states[t]
+        if r["value"] is not None:
+            if r["value"] != LABELS[x] or (r0, r1)[x] >= 1.0:
+                problems.append(f"record seq {r['seq']} shows a value its row {r['redaction']} forbids or a wrong value")
+        elif (r0, r1)[x] <= 0.0:
+            problems.append(f"record seq {r['seq']} is redacted although its row {r['redaction']} releases it")
+        copies[t].append((r0, r1))
+    if rowless:
+        problems.append(f"{len(rowless)} records lack their 'redaction' row (seqs {rowless[:5]}…)")
+    rows = np.array([combine_copies(c) for c in copies])
+    truth: dict[int, float] = {}
+    marks_of: dict[int, list[dict[str, Any]]] = {}
+    blind_seen: dict[int, int] = {}  # daemon position → true step of marks without ts or seq
+    for life, (marks, still_open) in enumerate(zip(out.marks, out.open_after)):
+        # a mark whose right window reaches past the last reading stays open (a later run keeps
+        # protecting it); its 'leakage' figure is checked like every other one
+        # a mark restored from an earlier life (its window was open at the stop) keeps its position
+        blind = sorted((m for m in marks if m.get("ts") is None and m.get("seq") is None
+                        and m.get("position") not in blind_seen), key=lambda m: m.get("position", 0))
+        blind_steps = [t for kind, t, data in w.lives[life] if kind == "frame" and t >= 0 and data == NOT_JSON]
+        if len(blind) != len(blind_steps):
+            problems.append(f"life {life}: {len(blind)} marks without ts or seq for {len(blind_steps)} non-JSON frames")
+        for mk in marks:
+            if mk.get("ts") is not None:
+                t = step_of_ts.get(mk["ts"])
+            elif mk.get("seq") is not None:
+                t = step_of_seq.get(mk["seq"], next((s for s, q in w.seq_of.items() if q == mk["seq"]), None))
+            elif mk.get("position") in blind_seen:
+                t = blind_seen[mk["position"]]
+            else:
+                k = blind.index(mk)
+                t = blind_steps[k] if k < len(blind_steps) else None
+                if t is not None:
+                    blind_seen[mk["position"]] = t
+            if t is None:
+                problems.append(f"life {life}: a mark maps to no true step: {mk}")
+                continue
+            marks_of.setdefault(t, []).append(mk)
+            if t not in truth:
+                truth[t] = true_leakage(P, w.mu, rows, t).total
+            true = truth[t]
+            figures = {"leakage": (mk.get("leakage") or {}).get("total"),
+                       "achieved": (mk.get("achieved") or {}).get("total")}
+            if figures["leakage"] is None:
+                problems.append(f"step {t} (seq {mk.get('seq')}): the mark reports no 'leakage' figure")
+            for name, fig in figures.items():
+                if fig is not None and _number(fig) < true - TOL:
+                    problems.append(f"step {t} (seq {mk.get('seq')}): reported {name} {_number(fig):.6g} "
+                                    f"< true leakage {true:.6g}")
+            if mk.get("honoured"):
+                worst = worst_over_initial(P, rows, t).total
+                if true > w.epsilon * (1 + TOL):
+                    problems.append(f"step {t} (seq {mk.get('seq')}): honoured, but the true leakage "
+                                    f"{true:.6g} > ε = {w.epsilon:.6g}")
+                elif worst > w.epsilon * (1 + TOL):
+                    problems.append(f"step {t} (seq {mk.get('seq')}): honoured, but for some initial law the "
+                                    f"leakage is {worst:.6g} > ε = {w.epsilon:.6g}")
+    for t in sorted(w.private - set(marks_of)):
+        problems.append(f"private step {t} (ts {w.ts[t]}) has no mark")
+    return Verdict(rows, truth, problems, marks_of)
+
+
+async def check_world(broker: Broker, w: World, workdir: Path) -> Verdict:
+    out = await run_world(broker, w, workdir)
+    verdict = evaluate(w, out)
+    if verdict.problems:
+        raise AssertionError(f"{w.describe()}:\n  " + "\n  ".join(verdict.problems))
+    return verdict
+
+
+# -- regressions (issue 9; positions 0-based) ----------------------------------------------------
+async def test_regression_1_late_figure_is_not_below_the_truth(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """α=0.03, β=0.05, ε=2.67, delay 0: 20 readings "lo", reading 12 private (its left neighbours
+    are already out). The reported figure must be ≥ the truth (found: 2.7533 reported, 3.5267 true)."""
+    w = sample_world(1, 0.03, 0.05, 2.67, np.array([0.625, 0.375]), 20)
+    w.states = [0] * 20
+    w.delay = 0
+    s = Script(w)
+    for t in range(20):
+        s.send(t, private=t == 12)
+    v = await check_world(mosquitto, w, tmp_path)
+    assert 12 in v.marks_of and v.truth[12] > 0
+
+
+async def test_regression_2_command_for_a_published_record(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """α=0.1, β=0.3, ε=1: readings 0–15, 5 private; once record 15 is out (max_hold), the command
+    {"private": 6}: run returns normally and the mark for seq 6 carries a figure ≥ the truth."""
+    w = sample_world(2, 0.1, 0.3, 1.0, np.array([0.75, 0.25]), 16)
+    w.max_hold = 0.3
+    s = Script(w)
+    for t in range(16):
+        s.send(t, private=t == 5)
+    s.await_seq(15)
+    s.command(6)
+    v = await check_world(mosquitto, w, tmp_path)
+    (mk,) = v.marks_of[6]
+    # its window (fully redacted to its end) may reach past the last reading: then it is still open
+    # and its figure is the exact leakage of the rows used and committed; either way ≥ the truth
+    figure = mk["achieved"] or mk["leakage"]
+    assert mk["seq"] == 6 and figure is not None, mk
+    assert _number(figure["total"]) >= v.truth[6] - TOL
+    assert mk["honoured"] == (_number(figure["total"]) <= 1.0 * (1 + 1e-12))
+
+
+async def test_regression_6_a_redelivered_reading_is_one_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """α=0.5, β=0.76, ε=0.37: reading 5 delivered twice (same bytes), reading 6 private — the true
+    leakage about step 6 is ≤ ε (found: 0.847 while 0.336 was reported)."""
+    w = sample_world(6, 0.5, 0.76, 0.37, np.array([0.76, 0.5]) / 1.26, 16)
+    s = Script(w)
+    for t in range(16):
+        data = s.send(t, private=t == 6)
+        if t == 5:
+            s.resend(data)
+    v = await check_world(mosquitto, w, tmp_path)
+    assert v.truth[6] <= w.epsilon * (1 + TOL), v.truth[6]
+
+
+async def test_regression_7_rejected_frame_in_a_schedule_window(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """A one-minute schedule window holding only step 8, whose frame is rejected (value "xx"):
+    that step is private and the true leakage about it is ≤ ε."""
+    w = sample_world(7, 0.1, 0.2, 1.0, np.array([2 / 3, 1 / 3]), 18, spacing=60.0)
+    w.schedule = [minute_window(w.ts[8])]
+    assert [t for t in range(18) if in_window(w.ts[t], w.schedule[0])] == [8]
+    s = Script(w)
+    for t in range(18):
+        s.send(t, "malformed" if t == 8 else "reading")
+    w.private.add(8)
+    v = await check_world(mosquitto, w, tmp_path)
+    assert v.truth[8] <= w.epsilon * (1 + TOL), v.truth[8]
+
+
+async def test_regression_8_escaped_private_key_protects_its_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """A rejected frame {"\\u0070rivate": true, "value": "xx", "ts": …} at step 6: its step is
+    protected (true leakage ≤ ε)."""
+    w = sample_world(8, 0.1, 0.2, 1.0, np.array([2 / 3, 1 / 3]), 16)
+    s = Script(w)
+    for t in range(16):
+        s.send(t, "escaped" if t == 6 else "reading")
+    v = await check_world(mosquitto, w, tmp_path)
+    assert v.truth[6] <= w.epsilon * (1 + TOL), v.truth[6]
+
+
+async def test_regression_9_a_chain_that_boots_in_a_known_state(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """α=0.0108, β=0.265, ε=0.42, μ = point mass on "hi", 24 steps, step 7 private: the true
+    leakage for that μ is ≤ ε (found: 1.704)."""
+    w = sample_world(9, 0.0108, 0.265, 0.42, np.array([0.0, 1.0]), 24)
+    s = Script(w)
+    for t in range(24):
+        s.send(t, private=t == 7)
+    v = await check_world(mosquitto, w, tmp_path)
+    assert v.truth[7] <= w.epsilon * (1 + TOL), v.truth[7]
+
+
+async def test_restart_with_a_hidden_gap(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """Two lives on one outbox: steps 0–19 (18 private), steps 20–22 never sent, steps 23–44
+    (24 private, its left neighbours are before the gap). Marks of both lives against the truth
+    of the whole world."""
+    w = sample_world(10, 0.1, 0.2, 1.0, np.array([1.0, 0.0]), 45)
+    s = Script(w)
+    for t in range(20):
+        s.send(t, private=t == 18)
+    s.restart()
+    for t in range(23, 45):
+        s.send(t, private=t == 24)
+    v = await check_world(mosquitto, w, tmp_path)
+    assert {18, 24} <= set(v.truth)
+
+
+# -- the property test -----------------------------------------------------------------------------
+def random_world(seed: int) -> World:
+    """A random world with faults: duplicates, malformed and non-JSON frames, out-of-order
+    redeliveries, lost frames, private flags, commands, a schedule window, point-mass initial
+    laws, and (sometimes) a restart with a hidden gap."""
+    rng = np.random.default_rng(seed)
+    family = seed % 4
+    if family == 0:
+        a, b = rng.uniform(0.01, 0.1, 2)
+    elif family == 1:
+        a, b = rng.uniform(0.8, 0.99, 2)
+    else:
+        lo, hi = sorted(rng.uniform(0.02, 0.95, 2))
+        a, b = (hi, lo) if family == 2 else (lo, hi)
+    u = float(rng.choice([0.0, 1.0, rng.uniform()]))
+    n = int(rng.integers(30, 61))
+    w = sample_world(seed, float(a), float(b), float(rng.uniform(0.2, 3.0)), np.array([1.0 - u, u]), n, spacing=20.0)
+    if rng.uniform() < 0.4:
+        w.schedule = [minute_window(w.ts[int(rng.integers(0, n))])]
+    restart_at = int(rng.integers(n // 3, 2 * n // 3)) if rng.uniform() < 0.3 else None
+    gap = int(rng.integers(0, 4))
+    s = Script(w)
+    sent: list[bytes] = []  # readable frames sent (redeliverable: their ts identifies the step)
+    readings: list[int] = []  # steps accepted in the current life (commands name their seqs)
+    t = 0
+    while t < n:
+        if t == restart_at:
+            s.restart()
+            readings = []
+            # (a frame of the previous life redelivered after the restart is a known hole — the
+            # step memory is not persisted — see test_a_redelivery_across_a_restart_is_one_step)
+            t += gap  # hidden: never sent
+            if t >= n:
+                break
+        roll = rng.uniform()
+        flag = bool(rng.uniform() < 0.1)
+        if roll < 0.05:
+            t += 1  # lost (its privacy request, if any, never arrives)
+            continue
+        if roll < 0.10:
+            data = s.send(t, "malformed", private=flag)
+        elif roll < 0.13:
+            data = s.send(t, "not-json", private=flag)
+        elif roll < 0.15:
+            data = s.send(t, "escaped")
+        else:
+            data = s.send(t, private=flag)
+            readings.append(t)
+        if any(in_window(w.ts[t], win) for win in w.schedule):
+            w.private.add(t)  # a readable ts in the window, or a non-JSON frame (private anyway, item 8)
+        if data != NOT_JSON:
+            sent.append(data)
+            if rng.uniform() < 0.08:
+                s.resend(data)  # duplicate
+        if len(sent) > 3 and rng.uniform() < 0.05:
+            s.resend(sent[-int(rng.integers(2, 4))])  # out-of-order redelivery of a seen step
+        if readings and rng.uniform() < 0.05:
+            s.command(int(rng.choice(readings)))
+        t += 1
+    return w
+
+
+def _property_seeds() -> list[int]:
+    one = os.environ.get("STREAMGUARD_PROPERTY_SEED")
+    if one is not None:
+        return [int(one)]
+    return list(range(1000, 1000 + int(os.environ.get("STREAMGUARD_PROPERTY_RUNS", "12"))))
+
+
+async def test_property_random_faulty_streams(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """Random worlds (see :func:`random_world`); every failing seed is reported with its problems."""
+    failures = []
+    for seed in _property_seeds():
+        w = random_world(seed)
+        try:
+            verdict = evaluate(w, await run_world(mosquitto, w, tmp_path / f"run{seed}"))
+        except Exception as exc:  # noqa: BLE001 - a crash or a timeout is this seed's failure; go on
+            failures.append(f"{w.describe()}: {type(exc).__name__}: {exc}")
+            continue
+        if verdict.problems:
+            failures.append(f"{w.describe()}:\n    " + "\n    ".join(verdict.problems[:8]))
+    if failures:
+        raise AssertionError(f"{len(failures)} failing runs:\n" + "\n".join(failures))
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_random_worlds_are_well_formed(seed: int) -> None:
+    """The generator's own bookkeeping: seqs count the readings sent in order, every private
+    step was sent, lost steps are in no life."""
+    w = random_world(seed)
+    sent = [t for life in w.lives for kind, t, _ in life if kind == "frame" and t >= 0]
+    assert sent == sorted(set(sent))
+    assert sorted(w.seq_of.values()) == list(range(len(w.seq_of)))
+    assert w.private <= set(sent)
+
+
+@pytest.mark.xfail(strict=True, reason="known hole: the step memory (newest ts) is not persisted across a "
+                   "restart, so a frame of the previous life redelivered after it counts as a new step")
+async def test_a_redelivery_across_a_restart_is_one_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """The broker redelivers the last frame of the previous life after a restart (found by the
+    property test, seed 1002): it must not become a new step (a phantom step shifts every seq and
+    distance after it), and a command naming a seq must land on the step the subscriber saw."""
+    w = sample_world(7, 0.3742, 0.3522, 1.144, np.array([0.0, 1.0]), 12)
+    s = Script(w)
+    for t in range(6):
+        s.send(t)
+    last = reading(w, 5)
+    s.restart()
+    s.resend(last)
+    for t in range(6, 12):
+        s.send(t, private=t == 8)
+    s.command(9)
+    await check_world(mosquitto, w, tmp_path)  # raises naming every problem
