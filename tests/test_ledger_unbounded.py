@@ -197,7 +197,6 @@ def test_each_mark_not_honoured_logs_one_warning_without_a_reading(
     ({"honoured": True}, "honoured: a mark whose leakage exceeds its epsilon is not honoured"),
     ({"total": 2.0, "left": 1.5, "right": 0.5, "honoured": True}, "honoured: a mark whose leakage exceeds"),
     ({"position": None}, "rows: a mark whose position is unknown sets no rows"),
-    ({"position": None, "lo": None, "hi": None, "seq": None}, "position: a mark whose position is unknown must name"),
     ({"position": None, "lo": None, "hi": None, "total": 0.5, "left": 0.5, "right": 0.5},
      "total: a mark whose position is unknown is not honoured and bounds nothing"),
     ({"position": None, "lo": None, "hi": None, "total": 0.5, "left": 0.5, "right": 0.5, "honoured": True},
@@ -239,3 +238,44 @@ def test_a_stream_whose_only_mark_has_no_known_position_states_why_families_are_
     alone.record(0, 19, 2.0 / (2 * sigma))
     assert doc["aggregate"]["epsilon"] == pytest.approx(alone.eps_max(), rel=1e-12) and alone.eps_max() <= 1.0 + 1e-9
     assert doc["redaction"]["epsilon"] == "inf"
+
+
+def test_a_mark_known_by_neither_seq_nor_position_is_its_own_ledger_mark(
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """A private request for a step older than the privatizer's memory has no seq and no position:
+    the ledger names it by its event id, and its outbox record cannot take the key of seq 0."""
+    d = Drive(tmp_path, delay=0)
+    d.frames(5)
+    d.command(4)  # its released left neighbours exhaust ε (delay 0): open, not honoured, stored under seq 4
+    stored = dict(d.reports)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="streamguard.stream.runtime"):
+        d.rt.core.mark_lost(source="flag", ts=None)
+        records = d.rt.mark_records()
+        d.ledger.commit_all(d.rt.take_ledger_events())
+    assert records == {} and d.reports == stored  # nothing to restore for it, and no key collision
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "on a step with no known seq (position unknown) NOT honoured" in line
+    red = d.odometer()["redaction"]
+    assert (red["count"], red["not_honoured"]) == (2, 2)
+    [lost] = [m for m in red["marks"] if m["mark"].startswith("event:")]
+    assert (lost["position"], lost["seq"], lost["total"]) == (None, None, "inf")
+    d.ledger.close()
+
+
+def test_a_second_command_on_a_record_already_redacted_by_a_finished_mark_is_recorded(tmp_path: Path) -> None:
+    """Issue 9, item 2: the second mark's left leakage was not computed when it was made, and its
+    ledger event said "honoured" with an infinite total — the event refused it and the daemon
+    stopped. The event now carries the privatizer's exact figure, whatever the verdict."""
+    d = Drive(tmp_path)
+    d.frames(21)
+    d.command("now")  # on record 20, on time
+    d.frames(19)  # the mark finishes: record 20 and its window are decided
+    d.command(20)
+    report = d.reports[20]
+    assert report["late"] and report["leakage"]["total"] != "inf"
+    mark = _mark(d.odometer(), "20")
+    assert mark["events"] >= 3 and mark["honoured"] == report["honoured"]
+    assert mark["total"] >= report["leakage"]["total"]  # the ledger keeps the worst of the mark's events
+    assert not mark["honoured"] or mark["total"] <= EPS
+    d.ledger.close()

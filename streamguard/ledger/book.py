@@ -15,8 +15,8 @@ only what the composition rules need. Each family is composed by the rule that s
   stream combine by the element-wise maximum of their rows (notes/000 §4.5), a post-processing of
   each mark's plan, so each mark's number stands alone; the family's guarantee is the worst mark.
   Several events for one mark (e.g. planned, then achieved) keep their maximum. A mark is named by
-  its position (``RedactionEvent.mark``), or by its seq when the position is unknown — such a mark
-  is not honoured and its leakage is +∞.
+  its position (``RedactionEvent.mark``), or by its seq when the position is unknown, or by its
+  ledger event id when both are — a mark of unknown position is not honoured, its leakage +∞.
 * **channel** — the designer's per-record claims and the exact stream leakage:
   - ``ldp_x`` claims compose by summation over the channels that released the same record
     (independent ε_k-LDP channels on one input); a record's guarantee is the sum, the family's
@@ -80,6 +80,14 @@ class Guarantee:
     family: Family
     name: str
     value: float | None
+
+
+def _mark_name(event: RedactionEvent, event_id: int | None) -> str:
+    """The book's name of a mark: ``event.mark``, or for a mark known by neither position nor seq
+    its ledger event id (``"event:12"``; ``"event:new"`` for an event not recorded yet)."""
+    if event.mark is not None:
+        return event.mark
+    return f"event:{'new' if event_id is None else event_id}"
 
 
 def _spans_meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -158,7 +166,7 @@ class StreamBook:
                 self._accountants = accountants
             self._agg_events.append((event_id, event))
         elif isinstance(event, RedactionEvent):
-            self._marks.setdefault(event.mark, []).append((event_id, event))
+            self._marks.setdefault(_mark_name(event, event_id), []).append((event_id, event))
         else:
             self._chan_events.append((event_id, event))
 
@@ -175,7 +183,7 @@ class StreamBook:
     def mark_events(self) -> dict[str, list[tuple[int, RedactionEvent]]]:
         """Each mark's events by its name (``RedactionEvent.mark``), in mark order: by position,
         then the marks of unknown position by seq."""
-        return {k: list(v) for k, v in sorted(self._marks.items(), key=lambda kv: kv[1][0][1].order)}
+        return {k: list(v) for k, v in sorted(self._marks.items(), key=lambda kv: (kv[1][0][1].order, kv[1][0][0]))}
 
     @property
     def channel_events(self) -> list[tuple[int, ChannelEvent]]:
@@ -291,9 +299,10 @@ class StreamBook:
                                      float(acc.record(event.lo, event.hi, event.load)))
             return None
         if isinstance(event, RedactionEvent):
-            prior = self.mark_leakage(event.mark) if event.mark in self._marks else 0.0
+            name = _mark_name(event, None)
+            prior = self.mark_leakage(name) if name in self._marks else 0.0
             value = max(prior, event.total)
-            return Guarantee("redaction", f"redaction:mark:{event.mark}", value) if value > budget else None
+            return Guarantee("redaction", f"redaction:mark:{name}", value) if value > budget else None
         trial = StreamBook(self.device, self.stream, self._model_of)
         trial._chan_events = [*self._chan_events, (-1, event)]
         for g in trial.guarantees():

@@ -222,10 +222,11 @@ class RedactionEvent(_Event):
     (+inf when p itself was already published), ``honoured`` whether the mark met ``epsilon``,
     ``reason`` why not, and [lo, hi] the positions whose rows the mark set (default p alone).
 
-    ``position`` is None when the mark names a record (``seq``, then required) whose position the
-    device no longer knows — published too long ago, or before a restart. Nothing is bounded about
-    it: such an event is never honoured, its ``total`` is +inf, it sets no rows (``lo``/``hi``
-    None) and its :meth:`span` is None. An honoured mark always has ``total`` ≤ ``epsilon``.
+    ``position`` is None when the mark names a record or step whose position the device no longer
+    knows — published too long ago, or before a restart (``seq`` None too when the step had no
+    seq). Nothing is bounded about it: such an event is never honoured, its ``total`` is +inf, it
+    sets no rows (``lo``/``hi`` None) and its :meth:`span` is None. An honoured mark always has
+    ``total`` ≤ ``epsilon``.
     """
 
     family: ClassVar[Family] = "redaction"
@@ -261,8 +262,6 @@ class RedactionEvent(_Event):
         if self.reason is not None and not isinstance(self.reason, str):
             raise EventError("reason: expected a string or null")
         if self.position is None:
-            if self.seq is None:
-                raise EventError("position: a mark whose position is unknown must name its seq")
             if self.honoured or self.total != math.inf:
                 raise EventError("total: a mark whose position is unknown is not honoured and bounds nothing (+inf)")
             if self.lo is not None or self.hi is not None:
@@ -277,15 +276,21 @@ class RedactionEvent(_Event):
         object.__setattr__(self, "hi", hi)
 
     @property
-    def mark(self) -> str:
+    def mark(self) -> str | None:
         """The mark as the ledger names it: its position (``"17"``), or ``"seq:17"`` when only its
-        seq is known (several events of one mark, e.g. planned then achieved, share the name)."""
-        return f"seq:{self.seq}" if self.position is None else str(self.position)
+        seq is known (several events of one mark, e.g. planned then achieved, share the name);
+        None when neither is known (the ledger then names it by its event id)."""
+        if self.position is not None:
+            return str(self.position)
+        return None if self.seq is None else f"seq:{self.seq}"
 
     @property
     def order(self) -> tuple[int, int]:
-        """Where the mark sorts: by position, then the marks of unknown position by seq."""
-        return (0, self.position) if self.position is not None else (1, self.seq)  # type: ignore[return-value]
+        """Where the mark sorts: by position, then the marks of unknown position by seq, then the
+        marks known by neither."""
+        if self.position is not None:
+            return (0, self.position)
+        return (1, self.seq) if self.seq is not None else (2, 0)
 
     def span(self) -> tuple[int, int] | None:
         """[lo, hi], or None when the mark's position is unknown."""

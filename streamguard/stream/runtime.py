@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import json
 import logging
-import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -349,7 +348,7 @@ class RedactionRuntime(StreamRuntime):
         for m in marks:
             is_open, warned = self.core.is_open(m), any(m is w for w in self._warned_open)
             if not m.honoured and not warned:
-                where = "a rejected frame" if m.seq is None else f"seq {m.seq}"
+                where = f"seq {m.seq}" if m.seq is not None else "a step with no known seq"
                 at = f"position {m.phys}" if m.phys >= 0 else "position unknown"
                 log.warning("stream %s: private mark (%s) on %s (%s) NOT honoured: %s", self.name, m.source,
                             where, at, m.reason or "no reason recorded")
@@ -357,27 +356,25 @@ class RedactionRuntime(StreamRuntime):
                     self._warned_open.append(m)
             elif warned and not is_open:
                 self._warned_open = [w for w in self._warned_open if w is not m]
-        # a redelivered private frame older than the core's memory names neither a seq nor a
-        # position: it is logged (above) and reported in the status, but has no ledger key
-        known = [m for m in marks if m.seq is not None or m.phys >= 0]
-        self._ledger_events.extend(self._mark_event(m) for m in known)
-        return {m.seq if m.seq is not None else -(m.phys + 1):  # rejected frames: negative keys
-                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()} for m in known}
+        self._ledger_events.extend(self._mark_event(m) for m in marks)
+        # rejected frames: negative keys; a mark with neither seq nor position (a step older than
+        # the privatizer's memory) is never open, has nothing to restore, and no key of its own
+        return {m.seq if m.seq is not None else -(m.phys + 1):
+                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()}
+                for m in marks if m.seq is not None or m.phys >= 0}
 
     def _mark_event(self, m: Mark) -> RedactionEvent:
-        """The ledger's record of a mark: its exact achieved leakage once finished; before that the
-        exact leakage of the rows used plus the rows committed to its undecided records (≥ what it
-        will achieve), so the ledger holds the mark before any of its neighbours is published. A
-        mark whose position is no longer known (phys −1: its record was published too long ago) is
-        recorded by its seq with position None, not honoured, with unbounded leakage."""
-        figure = m.achieved or m.leakage  # exact for the rows used and committed (never below the truth)
-        assert figure is not None
-        left, right, total = figure.left, figure.right, figure.total
-        assert self.cfg.epsilon is not None
+        """The ledger's record of a mark, with the privatizer's figure (``Mark.leakage``): the exact
+        leakage of the rows used plus the rows committed, never below the final figure and exact
+        once the mark's window is decided — so the ledger holds the mark before any of its
+        neighbours is published. A mark whose position is no longer known (phys −1) is recorded
+        with position None (and its seq, if it has one), not honoured, with unbounded leakage."""
+        assert m.leakage is not None and self.cfg.epsilon is not None  # the privatizer reports every mark's figure
         known = m.phys >= 0
         return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys if known else None,
-                              seq=m.seq, plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon, left=left,
-                              right=right, total=total, honoured=m.honoured, reason=m.reason,
+                              seq=m.seq, plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon,
+                              left=m.leakage.left, right=m.leakage.right, total=m.leakage.total,
+                              honoured=m.honoured, reason=m.reason,
                               lo=max(0, m.phys - m.left.shape[0]) if known else None,
                               hi=m.right_end if known else None)
 
