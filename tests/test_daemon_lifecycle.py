@@ -45,6 +45,7 @@ LABELS = ("vacant", "occupied")
 DATA = f"{BASE}/{DEVICE}/{STREAM}/data"
 RAW = f"{BASE}/{DEVICE}/{STREAM}/raw"
 STATUS = f"{BASE}/{DEVICE}/status"
+PRIVACY = f"{BASE}/{DEVICE}/{STREAM}/privacy"
 #: A daemon process must exit this soon after its input ended or after SIGTERM (the unit's
 #: TimeoutStopSec is 20 s; start-up, numba's cache included, takes a few seconds).
 EXIT_WITHIN = 30.0
@@ -217,6 +218,9 @@ async def test_a_second_daemon_on_the_same_outbox_exits_at_once(mosquitto: Broke
             assert first.poll() is None, "the first daemon stopped"
             from daemon_harness import publish_all
             await publish_all(cfg, [(RAW, f) for f in frames(100, time.time() - 1000)])
+            # the broker acknowledged them; wait until the daemon has them all (its status says so)
+            await spy.wait_until(lambda: any(r["counters"]["accepted"] == 100 for r in spy.json_on(PRIVACY)),
+                                 15, "all 100 frames at the daemon")
             first.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(finish, first, 20.0) == 0, (tmp_path / "err1").read_text()
         finally:
