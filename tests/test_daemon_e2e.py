@@ -539,7 +539,11 @@ def oracle_frame(data: bytes) -> float | str | None:
         return None
     if "ts" not in obj:
         return "now"
-    ts = obj["ts"]
+    return _oracle_seconds(obj["ts"])
+
+
+def _oracle_seconds(ts: Any) -> float | None:
+    """A JSON value as a finite number of seconds (not a bool, within the float range), or None."""
     if isinstance(ts, bool) or not isinstance(ts, (int, float)):
         return None
     try:
@@ -559,14 +563,7 @@ def oracle_step_ts(data: bytes) -> float | None:
         obj = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
-    ts = obj.get("ts") if isinstance(obj, dict) else None
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        return None
-    try:
-        f = float(ts)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
+    return _oracle_seconds(obj.get("ts")) if isinstance(obj, dict) else None
 
 
 def _dumps(v: Any) -> bytes:

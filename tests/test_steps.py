@@ -108,3 +108,13 @@ def test_a_rejected_frame_near_a_schedule_window_is_private() -> None:
     rt.on_frame(frame(w0 + 200), w0 + 200)
     rt.on_frame(b'{"value": "xx"}', w0 + 500)  # far from it by the clock: not private
     assert sorted(m.phys for m in [*rt.core._marks, *rt.core.finished]) == [1, 2]
+
+
+def test_after_a_restart_frames_up_to_the_last_step_make_no_step() -> None:
+    """The newest step's ts survives a restart (the outbox keeps it): the previous run's last frame
+    redelivered is a duplicate, an older one is late, and a newer one is the next step."""
+    tr = StepTracker(None, next_phys=10, max_missing=8, floor=T0 + 9)
+    assert tr.classify(T0 + 9).duplicate and not tr.classify(T0 + 9).new
+    late = tr.classify(T0 + 5)
+    assert not late.new and not late.duplicate
+    assert tr.classify(T0 + 10).new

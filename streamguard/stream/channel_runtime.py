@@ -117,7 +117,8 @@ class ChannelRuntime(StreamRuntime):
         self.source = source
         self.next_seq = resume.first_seq
         self.next_phys = resume.first_phys
-        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=MEMORY)
+        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=MEMORY,
+                                 floor=resume.newest_ts)
         self._reserved = resume.first_phys  # positions below this are covered by a ledger event
         self.metrics = channel_metrics(self.channel, self.joint)
         self._metrics_json = metrics_json(self.metrics)

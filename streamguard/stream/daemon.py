@@ -149,7 +149,8 @@ class Daemon:
                           if m.get("open") and m["state"]["phys"] < first_phys]
             self.runtimes[cfg.name] = make_runtime(
                 s, cfg, bit_source(s.deterministic_seed, i),
-                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted),
+                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted,
+                              await box.run(Outbox.newest_step, cfg.name)),
                 aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i))
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "
@@ -212,6 +213,7 @@ class Daemon:
             marks,
             rt.take_ledger_events(),
             [_Aggregate(rt, q, rel) for q, rel in rt.take_aggregates()],
+            rt.steps.newest_ts,
         )
         if entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates:
             self._queue.append(entry)
@@ -475,11 +477,14 @@ class Daemon:
             e.aggregates = []
         decisions: dict[str, list[tuple[int, float, float]]] = {}
         marks: dict[str, dict[int, dict[str, Any]]] = {}
+        newest: dict[str, float] = {}
         for e in group:
             decisions.setdefault(e.stream, []).extend(e.decisions)
             marks.setdefault(e.stream, {}).update(e.marks)
+            if e.newest is not None:
+                newest[e.stream] = max(newest.get(e.stream, e.newest), e.newest)
         box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks,
-                  over_capacity=over_capacity)
+                  over_capacity=over_capacity, newest=newest)
 
     def _admit(self, a: _Aggregate) -> bool:
         """The ledger's budget filter for one aggregate release: is it admitted (and recorded)?"""
@@ -504,6 +509,7 @@ class _StoreEntry:
     marks: dict[int, dict[str, Any]]
     events: list[Event]
     aggregates: list[_Aggregate]
+    newest: float | None = None  # the stream's newest step time (persisted: redeliveries after a restart)
 
 
 @dataclass

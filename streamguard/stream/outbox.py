@@ -67,6 +67,10 @@ CREATE TABLE IF NOT EXISTS positions (
     stream TEXT PRIMARY KEY,
     next_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS steps (
+    stream TEXT PRIMARY KEY,
+    newest_ts REAL NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS decisions (
     stream TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -224,10 +228,12 @@ class Outbox:
         decisions: Mapping[str, Sequence[tuple[int, float, float]]] | None = None,
         marks: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
         over_capacity: bool = False,
+        newest: Mapping[str, float] | None = None,
     ) -> None:
         """:meth:`put` plus, in the same transaction, ``decisions`` (per stream: index, row0, row1)
-        and mark reports (per stream: seq → report) — one disk sync for a whole group, and all or
-        nothing after a crash. The overflow check comes first, so a :class:`Full` leaves nothing
+        and mark reports (per stream: seq → report) and the newest step's timestamp (per stream;
+        a restart recognises frames redelivered from before it by it) — one disk sync for a whole
+        group, and all or nothing after a crash. The overflow check comes first, so a :class:`Full` leaves nothing
         behind and the call can be retried.
 
         ``over_capacity`` (``stop-input`` only) stores the items even past ``max_records`` instead
@@ -239,7 +245,7 @@ class Outbox:
             if items and excess > 0 and not over_capacity:
                 raise Full(f"the outbox holds {self._count} of {self._max} records; {len(items)} more do not fit")
             excess = 0  # stop-input never deletes a stored record
-        if not items and not decisions and not marks:
+        if not items and not decisions and not marks and not newest:
             return
         upto: dict[str, int] = {}
         decided: dict[str, list[tuple[int, float, float]]] = {}
@@ -267,6 +273,9 @@ class Outbox:
                 _raise_position(db, name, mark)
             for name, rows in decided.items():
                 _insert_decisions(db, name, rows, keep)
+            for name, ts in (newest or {}).items():
+                db.execute("INSERT INTO steps (stream, newest_ts) VALUES (?, ?) ON CONFLICT(stream) "
+                           "DO UPDATE SET newest_ts = max(newest_ts, excluded.newest_ts)", (name, ts))
             if items and excess > 0:
                 db.execute("DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)", (excess,))
         self._count += len(items) - max(excess, 0) if items else 0
@@ -313,6 +322,11 @@ class Outbox:
         ``sqlite3.IntegrityError`` (nothing recorded) if a position already has a decision."""
         with self._transaction() as db:
             _insert_decisions(db, stream, decisions, keep)
+
+    def newest_step(self, stream: str) -> float | None:
+        """The newest step's timestamp stored for ``stream`` (None: none yet)."""
+        row = self._db.execute("SELECT newest_ts FROM steps WHERE stream = ?", (stream,)).fetchone()
+        return None if row is None else float(row[0])
 
     def recent_decisions(self, stream: str) -> dict[int, tuple[float, float]]:
         """The stream's recorded decisions, seq → (row0, row1), in seq order."""

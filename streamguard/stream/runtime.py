@@ -73,6 +73,8 @@ class Resume:
     decided: Mapping[int, tuple[float, float]] = field(default_factory=dict)
     open_marks: tuple[Mark, ...] = ()
     restarted: bool = False
+    #: The newest step's timestamp before the restart (frames at or before it make no new step).
+    newest_ts: float | None = None
 
 
 #: A stream's first start.
@@ -238,7 +240,8 @@ class RedactionRuntime(StreamRuntime):
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
         self.plan_leakage = self.plan.leakage()
-        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=self.core.memory)
+        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=self.core.memory,
+                                 floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
         self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
 

@@ -45,10 +45,16 @@ class StepTracker:
     """Numbers the steps of one stream (see module docstring). ``next_phys`` is the physical index
     the next new step will get; the owner calls :meth:`taken` for every step it pushes."""
 
-    def __init__(self, sample_period: float | None, *, next_phys: int, max_missing: int) -> None:
+    def __init__(self, sample_period: float | None, *, next_phys: int, max_missing: int,
+                 floor: float | None = None) -> None:
         self.period = sample_period
         self.max_missing = max_missing
         self.next_phys = next_phys
+        #: The newest step's time before a restart (persisted): a frame at or before it is a
+        #: redelivery from the previous run or a late frame, never a new step.
+        self.floor = floor
+        #: The newest time of a step taken (to persist).
+        self.newest_ts: float | None = floor
         self._by_key: OrderedDict[float, int] = OrderedDict()  # ts (or slot) → physical index
         self._newest: float | None = None
         self._anchor: float | None = None
@@ -64,6 +70,8 @@ class StepTracker:
         """The verdict for a frame at time ``t`` (None: no usable time — a new step)."""
         if t is None or not math.isfinite(t):
             return Step(True)
+        if self.floor is not None and t <= self.floor:
+            return Step(False, None, duplicate=t == self.floor)
         key = self._key(t)
         if key in self._by_key:
             return Step(False, self._by_key[key], duplicate=True)
@@ -79,6 +87,7 @@ class StepTracker:
     def taken(self, t: float | None) -> None:
         """Record that the next physical index went to a step at time ``t`` (None: unknown)."""
         if t is not None and math.isfinite(t):
+            self.newest_ts = t if self.newest_ts is None else max(self.newest_ts, t)
             key = self._key(t)
             self._by_key[key] = self.next_phys
             self._newest = key if self._newest is None else max(self._newest, key)
