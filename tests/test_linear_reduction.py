@@ -484,8 +484,11 @@ def test_optimal_kernels_realise_the_target_and_order(joint: Joint, alpha: float
     """D_TV(non-Markov) ≤ D_TV(optimal Markov) ≤ D_TV(Lemma 1); Prop. 1 closed form == LP ==
     α·Σ_s P_S·TV(P_{X|S=s}, P_X); quantile == LP for |i−j| and (i−j)². (The raw LPs on joints with
     probabilities near 1e−30 are not this accurate; the designers re-check and fall back, which
-    the next property covers on such joints.)"""
+    the next property covers on such joints. Nor are they on a well-conditioned joint's target when
+    a tiny α puts α·P_X(x) ~1e−16 where P_{X|S}(x|s) = 0: the LPs then meet T relatively or refuse,
+    which test_lp_kernels_realise_the_target_relatively_or_refuse covers.)"""
     t = target(joint, alpha)
+    assume(np.all((t == 0) | (t >= 1e-6)))   # the same well-conditioning as the joints', on T
     k1 = lemma1_kernel(joint, alpha)
     km = markov_lp_kernel(joint, t, "tv")
     q = transport_kernel(joint, t, "tv")
@@ -531,9 +534,14 @@ def test_channels_meet_their_claims_exactly_and_tightly(joint: Joint, frac: floa
             for claim in ch.claims:
                 if claim.notion == "ldp_x":
                     assert _exact_input_ldp_holds(rows, claim.params["epsilon"])
-        alpha = ch.params.get("alpha")   # the linear-reduction kinds: exact α is tight (unless α = 0 does)
+        # the linear-reduction kinds: exact α is tight (unless α = 0 does). The designer meets
+        # ε − margin exactly, with margin ≤ 1e−4·max(1, ε) (linear_reduction._MARGINS, reached on badly
+        # scaled joints by the float and quantisation slacks), up to its kernel's relative accuracy:
+        # ≤ 4·TARGET_RTOL in the leakage (linear_reduction_lp.TARGET_RTOL), which also covers the
+        # float rounding of ε − margin.
+        alpha = ch.params.get("alpha")
         if alpha is not None and 1e-6 < eps and alpha not in (0.0, 1.0):
-            assert realised >= eps - (TOL if well_conditioned else 1e-4) * max(1.0, eps)
+            assert realised >= eps - (TOL if well_conditioned else 1e-4) * max(1.0, eps) - 4 * TARGET_RTOL
         if design is linear_markov_channel and alpha > 0:
             bonus = next((c.params["epsilon"] for c in ch.claims if c.notion == "ldp_x"), None)
             if bonus is None:   # omitted only when an entry is below the sampler's grain

@@ -40,9 +40,16 @@ Method = Literal["auto", "closed", "quantile", "lp"]
 #: transport LP) meet their equalities: each within TARGET_RTOL·b. With the kernel rows then divided
 #: by their sums (also within TARGET_RTOL of theirs), every entry of the realised P_{Y|S} is within a
 #: factor 1 ± ~2·TARGET_RTOL of T's, so every leakage of the realised channel (the log of a ratio of
-#: two such entries, or of one and its P_S-average) is within ~4·TARGET_RTOL = 4e−9 of the target's:
-#: at the exact α(ε) the channel stays tight (notes/004 §3.6).
-TARGET_RTOL = 1e-9
+#: two such entries, or of one and its P_S-average) is within ~4·TARGET_RTOL = 4e−8 of the target's:
+#: at the exact α(ε) the channel stays tight (notes/004 §3.6). (Not tighter: HiGHS's vertex may have
+#: entries −3e−11 — within its 1e−10 bound tolerance — whose clipping alone moves an equality by
+#: ~1.3e−9 relative on a well-conditioned joint.)
+TARGET_RTOL = 1e-8
+
+#: The largest factor an equality row is multiplied by to make HiGHS's tolerance relative: HiGHS
+#: rejects a model with a coefficient ≥ 1e15 ("large_matrix_value"), and every coefficient of the
+#: relative LPs here (probabilities and ones) is ≤ 1.
+_MAX_WEIGHT = 1e14
 
 #: HiGHS dual-simplex settings tried in turn: tight tolerances give vertex solutions with
 #: feasibility error ~1e−15, but HiGHS may call a badly scaled model (probabilities ~1e−10 and
@@ -112,13 +119,13 @@ def _solve(c: NDArray[np.float64], a_eq: sparse.spmatrix, b_eq: NDArray[np.float
     tolerance is absolute (1e−10 at best), so a right-hand side far below it — a target entry
     ~1e−10 — may be met only in absolute terms, e.g. realised as 0 (the channel then never emits that
     symbol and is no longer the reduction it was asked for). Each setting is therefore tried on the
-    model as given and then with every row with a normal b > 0 divided by b, which makes the tolerance
-    relative but widens the range of the coefficients; neither alone resolves every badly scaled
-    joint."""
+    model as given and then with every row with b > 0 divided by b (by at most :data:`_MAX_WEIGHT`),
+    which makes the tolerance relative but widens the range of the coefficients; neither alone
+    resolves every badly scaled joint."""
     ub = a_ub is not None and a_ub.shape[0] > 0
     weights = [np.ones_like(b_eq)]
     if relative:
-        weights.append(np.divide(1.0, b_eq, out=np.ones_like(b_eq), where=b_eq >= np.finfo(np.float64).tiny))
+        weights.append(np.where(b_eq > 0, 1.0 / np.maximum(b_eq, 1.0 / _MAX_WEIGHT), 1.0))
     message = ""
     for options in _HIGHS:
         for weight in weights:
