@@ -75,10 +75,10 @@ def test_reaching_the_start_with_a_given_law_is_exact(seed: int) -> None:
         assert np.allclose(left_pairs(kern, rows, mu[None], reaches_start=True, use_numpy=True), got)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_reaching_the_start_with_any_law_is_the_supremum(seed: int) -> None:
     rng = np.random.default_rng(100 + seed)
-    for _ in range(12):
+    for _ in range(10):
         p = int(rng.integers(1, 4))
         P, rows_pos = _random_case(rng, p)
         rows = np.array(rows_pos[::-1])
