@@ -54,6 +54,10 @@ VERTEX_TOL = 1e-10
 DET_TOL = 1e-13
 #: Supports solved per batch (bounds memory at ~|𝒮|²·CHUNK floats).
 CHUNK = 50_000
+#: Relative precision to which the remaining basis columns must still give every P_X(x) for a column of
+#: (numerically) zero weight to be dropped (:func:`_drop_degenerate`): it moves lifts by ~1e−12 relative,
+#: far inside the DESIGN_MARGIN·ε slack of every budget ε ≥ 1e−5.
+DEGENERATE_RTOL = 1e-12
 
 
 def polytope_vertices(b: NDArray[np.float64], lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -140,13 +144,36 @@ def optimal_randomisation(joint: Joint, members: Sequence[int], eps_l: float, ep
 
 def _polish(cols: NDArray[np.float64], target: NDArray[np.float64], beta: NDArray[np.float64]) -> NDArray[np.float64]:
     """Re-solve Σ_k β_k v_k = target on the LP's basis by least squares (removes the LP's ~1e−10 residual);
-    keeps the LP's β if the polished one is not a non-negative exact solution."""
+    keeps the LP's β if the polished one is not a non-negative exact solution. Then removes the basis's
+    degenerate columns (:func:`_drop_degenerate`)."""
     basis = np.flatnonzero(beta > 0)
     polished, *_ = np.linalg.lstsq(cols[basis].T, target, rcond=None)
     exact = np.abs(cols[basis].T @ polished - target).max() <= 1e-14 * target.max()
     out = np.zeros_like(beta)
     out[basis] = polished if exact and polished.min() > 0 else np.clip(beta[basis], 0.0, None)
-    return out
+    return _drop_degenerate(cols, target, out)
+
+
+def _drop_degenerate(cols: NDArray[np.float64], target: NDArray[np.float64],
+                     beta: NDArray[np.float64]) -> NDArray[np.float64]:
+    """β without the columns a degenerate LP basis holds at weight 0 up to round-off.
+
+    Such a column comes back with β ≈ 1e−15: an output with P_Y ≈ 1e−15 whose forward entries are
+    ≈ 1e−15, which the sampler's quantisation (multiples of 2⁻⁶³ ≈ 1.1e−19) moves by ≈ 1e−4 relative —
+    far past :data:`.lift.DESIGN_MARGIN` — so the exact verification of the quantised channel refuses it.
+    Smallest weight first, a column is dropped while the remaining ones, re-solved by least squares,
+    stay positive and give every target(x) to relative :data:`DEGENERATE_RTOL`; the basis columns are
+    independent, so their representation of the target is unique and only weights that are 0 up to
+    round-off can go. Forward rows are then renormalised by at most that relative amount."""
+    for _ in range(int(np.count_nonzero(beta)) - 1):
+        basis = np.flatnonzero(beta > 0)
+        rest = np.delete(basis, np.argmin(beta[basis]))
+        weights, *_ = np.linalg.lstsq(cols[rest].T, target, rcond=None)
+        if weights.min() <= 0 or np.any(np.abs(cols[rest].T @ weights - target) > DEGENERATE_RTOL * target):
+            break
+        beta = np.zeros_like(beta)
+        beta[rest] = weights
+    return beta
 
 
 def forward_block(joint: Joint, rand: Randomisation, kind: str) -> NDArray[np.float64]:
