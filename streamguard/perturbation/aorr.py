@@ -27,10 +27,10 @@ Numerics (notes/003 §7): the polytope uses budgets tightened by :data:`.lift.DE
 dual simplex) also gets the merged point P_X/P(𝒳) as a column (it lies in Π, so the LP is always feasible;
 concavity means it never beats a vertex decomposition), its basic solution is polished by a least-squares
 solve on the basis, columns a degenerate basis holds at weight 0 are dropped, forward rows are renormalised,
-and the returned channel's ALIP claim (nominal budgets) is verified exactly (:func:`.verify.require_designed`). The polytope's rows are written in lifts, P(s|x)/P_S(s)
-against e^{−ε_l}, e^{ε_u}, rather than P(s|x) against e^{±ε}·P_S(s): the same polytope, but a tiny P_S(s) no
-longer shrinks its constraint below the vertex tolerance. The optimal *value* is unique, the optimal matrix
-need not be.
+and the returned channel's ALIP claim (nominal budgets) is verified exactly (:func:`.verify.require_designed`).
+The polytope's rows are written in lifts, P(s|x)/P_S(s) against e^{−ε_l}, e^{ε_u}, rather than P(s|x) against
+e^{±ε}·P_S(s): the same polytope, but a tiny P_S(s) no longer shrinks its constraint below the vertex
+tolerance. The optimal *value* is unique, the optimal matrix need not be.
 """
 
 from __future__ import annotations
