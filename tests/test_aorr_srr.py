@@ -17,8 +17,9 @@ from _lift_oracles import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
-from streamguard.perturbation.aorr import aorr_channel, optimal_randomisation, polytope_vertices
+from streamguard.perturbation.aorr import _polish, aorr_channel, optimal_randomisation, polytope_vertices
 from streamguard.perturbation.lift import DESIGN_MARGIN, check_alip, channel_lifts, max_lift, min_lift, tightened
 from streamguard.perturbation.model import DesignError, Joint
 from streamguard.perturbation.srr import srr_channel
@@ -28,6 +29,14 @@ CASE_A = Joint([[0.20, 0.15, 0.10, 0.05], [0.05, 0.10, 0.15, 0.20]])
 E4_JOINT = Joint([[0.25, 0.25, 0.001], [0.25, 0.20, 0.049]])
 #: Designs use budgets tightened by DESIGN_MARGIN (relative), which moves optimal values by ~1e-7.
 VALUE_TOL = 1e-6
+#: Found by hypothesis (test_prop_1_bounds_on_aorr): at (ε, λ) = (0.25, 0.65) HiGHS's optimal basis is
+#: degenerate, holding one vertex at weight 0 that comes back as β ≈ 4e−15 (an output of P_Y ≈ 2e−15).
+DEGENERATE_BASIS = Joint([
+    [0.0014472529581691263, 0.0457661569823083, 0.0025736201366300796, 0.000257362013663008],
+    [0.0025736201366300796, 0.000257362013663008, 0.0457661569823083, 0.014472529581691262],
+    [0.25505755719658674, 0.04918067056537082, 0.004918067056537082, 0.000257362013663008],
+    [0.257362013663008, 0.0006103015120365928, 0.062137953524726654, 0.257362013663008],
+])
 
 
 def _binary_entropy(a: float) -> float:
@@ -197,6 +206,37 @@ def test_17x5_aorr_matches_the_note_scale():
     assert mutual_information_xy(joint, ch.matrix) >= mutual_information_xy(joint, srr_channel(joint, 2.0).matrix)
     post = joint.p_x[:, None] * ch.matrix
     assert np.all((post > 0).sum(axis=0) <= 5)
+
+
+def test_a_degenerate_lp_basis_leaves_no_round_off_output():
+    """The zero-weight vertex of a degenerate basis is dropped, not released as an output of P_Y ≈ 2e−15: its
+    ~1e−15 forward entries, quantised to multiples of 2⁻⁶³, broke ε_u = 0.0875 by 2e−5, so the exact check
+    of the quantised channel refused the design. Dropping it loses no utility (its weight was 0)."""
+    joint, eps_l, eps_u = DEGENERATE_BASIS, 0.25 * 0.65, 0.25 * 0.35
+    ch = aorr_channel(joint, 0.25, lam=0.65)  # raised DesignError (exact verification) before the fix
+    assert check_alip(joint, ch, eps_l, eps_u) is None
+    # every released probability is so far above 2⁻⁶³ that quantising it moves it by < DESIGN_MARGIN relative
+    assert ch.matrix[ch.matrix > 0].min() > 2.0**-63 / DESIGN_MARGIN
+    # utility = H(X) − the optimum of the LP over all vertices and the merged point, solved here directly
+    lifts = joint.x_given_s / joint.p_x
+    cols = np.vstack([polytope_vertices(lifts, np.full(joint.n_s, math.exp(-tightened(eps_l))),
+                                        np.full(joint.n_s, math.exp(tightened(eps_u)))), joint.p_x])
+    cost = -np.sum(cols * np.log(np.where(cols > 0, cols, 1.0)), axis=1)
+    lp = linprog(cost, A_eq=cols.T, b_eq=joint.p_x, bounds=(0, None), method="highs")
+    assert lp.status == 0
+    assert mutual_information_xy(joint, ch.matrix) == pytest.approx(entropy_x(joint) - lp.fun, abs=1e-9)
+
+
+def test_polish_drops_only_weights_that_are_zero_up_to_round_off():
+    """On the independent columns e0, e1, c = (0, ½, ½) the target (0.2, 0.4, 0.4) is 0.2·e0 + 0.8·c exactly:
+    a round-off weight on e1 goes. The target (0.5, 0.5 − 1e−13, 1e−13) needs its tiny e2 weight: it stays."""
+    cols = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.5, 0.5]])
+    target = np.array([0.2, 0.4, 0.4])
+    beta = _polish(cols, target, np.array([0.2, 3e-15, 0.8]))
+    assert beta[1] == 0.0
+    np.testing.assert_allclose(beta, [0.2, 0.0, 0.8], rtol=1e-15)
+    tiny = np.array([0.5, 0.5 - 1e-13, 1e-13])
+    np.testing.assert_allclose(_polish(np.eye(3), tiny, tiny), tiny, rtol=1e-15)
 
 
 @pytest.mark.parametrize("design", [aorr_channel, srr_channel])

@@ -26,11 +26,11 @@ are deduplicated deterministically (rounded to 1e−10, sorted).
 Numerics (notes/003 §7): the polytope uses budgets tightened by :data:`.lift.DESIGN_MARGIN`; the LP (HiGHS
 dual simplex) also gets the merged point P_X/P(𝒳) as a column (it lies in Π, so the LP is always feasible;
 concavity means it never beats a vertex decomposition), its basic solution is polished by a least-squares
-solve on the basis, forward rows are renormalised, and the returned channel's ALIP claim (nominal budgets)
-is verified exactly (:func:`.verify.require_designed`). The polytope's rows are written in lifts, P(s|x)/P_S(s)
-against e^{−ε_l}, e^{ε_u}, rather than P(s|x) against e^{±ε}·P_S(s): the same polytope, but a tiny P_S(s) no
-longer shrinks its constraint below the vertex tolerance. The optimal *value* is unique, the optimal matrix
-need not be.
+solve on the basis, columns a degenerate basis holds at weight 0 are dropped, forward rows are renormalised,
+and the returned channel's ALIP claim (nominal budgets) is verified exactly (:func:`.verify.require_designed`).
+The polytope's rows are written in lifts, P(s|x)/P_S(s) against e^{−ε_l}, e^{ε_u}, rather than P(s|x) against
+e^{±ε}·P_S(s): the same polytope, but a tiny P_S(s) no longer shrinks its constraint below the vertex
+tolerance. The optimal *value* is unique, the optimal matrix need not be.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ VERTEX_TOL = 1e-10
 DET_TOL = 1e-13
 #: Supports solved per batch (bounds memory at ~|𝒮|²·CHUNK floats).
 CHUNK = 50_000
+#: Relative precision to which the remaining basis columns must still give every P_X(x) for a column of
+#: (numerically) zero weight to be dropped (:func:`_drop_degenerate`): it moves lifts by ~1e−12 relative,
+#: far inside the DESIGN_MARGIN·ε slack of every budget ε ≥ 1e−5.
+DEGENERATE_RTOL = 1e-12
 
 
 def polytope_vertices(b: NDArray[np.float64], lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -140,13 +144,36 @@ def optimal_randomisation(joint: Joint, members: Sequence[int], eps_l: float, ep
 
 def _polish(cols: NDArray[np.float64], target: NDArray[np.float64], beta: NDArray[np.float64]) -> NDArray[np.float64]:
     """Re-solve Σ_k β_k v_k = target on the LP's basis by least squares (removes the LP's ~1e−10 residual);
-    keeps the LP's β if the polished one is not a non-negative exact solution."""
+    keeps the LP's β if the polished one is not a non-negative exact solution. Then removes the basis's
+    degenerate columns (:func:`_drop_degenerate`)."""
     basis = np.flatnonzero(beta > 0)
     polished, *_ = np.linalg.lstsq(cols[basis].T, target, rcond=None)
     exact = np.abs(cols[basis].T @ polished - target).max() <= 1e-14 * target.max()
     out = np.zeros_like(beta)
     out[basis] = polished if exact and polished.min() > 0 else np.clip(beta[basis], 0.0, None)
-    return out
+    return _drop_degenerate(cols, target, out)
+
+
+def _drop_degenerate(cols: NDArray[np.float64], target: NDArray[np.float64],
+                     beta: NDArray[np.float64]) -> NDArray[np.float64]:
+    """β without the columns a degenerate LP basis holds at weight 0 up to round-off.
+
+    Such a column comes back with β ≈ 1e−15: an output with P_Y ≈ 1e−15 whose forward entries are
+    ≈ 1e−15, which the sampler's quantisation (multiples of 2⁻⁶³ ≈ 1.1e−19) moves by ≈ 1e−4 relative —
+    far past :data:`.lift.DESIGN_MARGIN` — so the exact verification of the quantised channel refuses it.
+    Smallest weight first, a column is dropped while the remaining ones, re-solved by least squares,
+    stay positive and give every target(x) to relative :data:`DEGENERATE_RTOL`; the basis columns are
+    independent, so their representation of the target is unique and only weights that are 0 up to
+    round-off can go. Forward rows are then renormalised by at most that relative amount."""
+    for _ in range(int(np.count_nonzero(beta)) - 1):
+        basis = np.flatnonzero(beta > 0)
+        rest = np.delete(basis, np.argmin(beta[basis]))
+        weights, *_ = np.linalg.lstsq(cols[rest].T, target, rcond=None)
+        if weights.min() <= 0 or np.any(np.abs(cols[rest].T @ weights - target) > DEGENERATE_RTOL * target):
+            break
+        beta = np.zeros_like(beta)
+        beta[rest] = weights
+    return beta
 
 
 def forward_block(joint: Joint, rand: Randomisation, kind: str) -> NDArray[np.float64]:
