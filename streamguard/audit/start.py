@@ -43,7 +43,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numpy.polynomial import polynomial as poly
 from numpy.typing import NDArray
 
 from .._jit import kernel
@@ -217,12 +216,12 @@ def _all_redacted(W: NDArray[np.float64], Q: NDArray[np.float64], laws: NDArray[
     order = np.argsort(laws[:, 1])
     lo, hi = laws[order[0]], laws[order[-1]]
 
-    def line(col: NDArray[np.float64]) -> NDArray[np.float64]:
-        """c0 + c1·u for μ(u) = lo + u (hi − lo)."""
-        return np.array([lo @ col, (hi - lo) @ col])
+    def line(col: NDArray[np.float64]) -> tuple[float, float]:
+        """(c0, c1): c0 + c1·u for μ(u) = lo + u (hi − lo)."""
+        return float(lo @ col), float((hi - lo) @ col)
 
-    num = [line(W[:, a]), line(Q[:, b])]
-    den = [line(W[:, b]), line(Q[:, a])]
+    num: list[tuple[float, float] | None] = [line(W[:, a]), line(Q[:, b])]
+    den: list[tuple[float, float] | None] = [line(W[:, b]), line(Q[:, a])]
     const = 1.0
     # two linear factors with the same root (e.g. W_a, W_b both vanish where the first record is
     # surely released) have a constant ratio: cancel them, so no 0/0 is ever evaluated
@@ -236,36 +235,54 @@ def _all_redacted(W: NDArray[np.float64], Q: NDArray[np.float64], laws: NDArray[
                 const *= r
                 num[i] = den[jd] = None
                 break
-    N = poly.polyone
-    for f in num:
-        if f is not None:
-            N = poly.polymul(N, f)
-    D = poly.polyone
-    for g in den:
-        if g is not None:
-            D = poly.polymul(D, g)
-    crit = poly.polysub(poly.polymul(poly.polyder(N), D), poly.polymul(N, poly.polyder(D)))
-    cands = [0.0, 1.0]
-    crit = np.trim_zeros(np.atleast_1d(crit), "b")
-    if crit.size > 1:
-        cands += [float(r.real) for r in poly.polyroots(crit) if abs(r.imag) < 1e-12 and 0.0 < r.real < 1.0]
+    N, D = _product(num), _product(den)  # quadratics (n0, n1, n2), (d0, d1, d2)
+    # f = N/D is largest at u ∈ {0, 1} or where N'D − ND' = 0: c0 + c1·u + c2·u² (the u³ terms cancel)
+    c0 = N[1] * D[0] - N[0] * D[1]
+    c1 = 2.0 * (N[2] * D[0] - N[0] * D[2])
+    c2 = N[2] * D[1] - N[1] * D[2]
+    cands = [0.0, 1.0] + [u for u in _real_roots(c0, c1, c2) if 0.0 < u < 1.0]
     best = -math.inf
     for u in cands:
-        n, d = float(poly.polyval(u, N)) * const, float(poly.polyval(u, D))
+        n = (N[0] + u * (N[1] + u * N[2])) * const
+        d = D[0] + u * (D[1] + u * D[2])
         if n <= 0.0 and d <= 0.0:
             continue  # this μ makes the all-redacted output impossible under both secrets
         best = max(best, _log_ratio(n, d))
     return best
 
 
-def _constant_ratio(f: NDArray[np.float64], g: NDArray[np.float64]) -> float | None:
+def _product(factors: list[tuple[float, float] | None]) -> tuple[float, float, float]:
+    """Coefficients (p0, p1, p2) of the product of the remaining linear factors."""
+    p0, p1, p2 = 1.0, 0.0, 0.0
+    for f in factors:
+        if f is not None:
+            p0, p1, p2 = p0 * f[0], p0 * f[1] + p1 * f[0], p1 * f[1] + p2 * f[0]
+    return p0, p1, p2
+
+
+def _real_roots(c0: float, c1: float, c2: float) -> list[float]:
+    """Real roots of c0 + c1·u + c2·u² (a degree that vanishes is dropped; none if all do)."""
+    if c2 == 0.0:
+        return [] if c1 == 0.0 else [-c0 / c1]
+    disc = c1 * c1 - 4.0 * c2 * c0
+    if disc < 0.0:
+        return []
+    r = math.sqrt(disc)
+    q = -0.5 * (c1 + math.copysign(r, c1))  # the numerically stable form
+    roots = [q / c2]
+    if q != 0.0:
+        roots.append(c0 / q)
+    return roots
+
+
+def _constant_ratio(f: tuple[float, float], g: tuple[float, float]) -> float | None:
     """f/g when the linear functions f = f0 + f1·u and g = g0 + g1·u are proportional, else None."""
     if f[0] * g[1] != f[1] * g[0]:
         return None
     if g[0] != 0:
-        return float(f[0] / g[0])
+        return f[0] / g[0]
     if g[1] != 0:
-        return float(f[1] / g[1])
+        return f[1] / g[1]
     return None
 
 

@@ -206,7 +206,7 @@ class StreamPrivatizer:
         self.mark_events: deque[Mark] = deque(maxlen=self._keep)
         chain = self.plan.chain
         self._P = chain.matrix
-        self._back = chain.reversed_kernel(chain.initial)
+        self._powers: list[NDArray[np.float64]] = [np.eye(chain.k)]
         lam = abs(chain.lam)
         self._max_gap = 0 if lam == 0 else min(MAX_GAP, math.ceil(math.log(1e-17) / math.log(lam)))
         if self.initial is not None:
@@ -269,8 +269,10 @@ class StreamPrivatizer:
         return self._decide(count)
 
     def drain(self) -> list[Release]:
-        """Decide every pending record now (shutdown)."""
-        return self._decide(len(self._pending))
+        """Decide every pending record now (shutdown); marks whose window is decided are finished."""
+        releases = self._decide(len(self._pending))
+        self._finish_marks()
+        return releases
 
     @property
     def pending(self) -> int:
@@ -344,10 +346,14 @@ class StreamPrivatizer:
         if p < oldest_pending:
             row = self._rows.get(p)
             if row is None or min(row) < 1.0:
+                # its reading may have been released: nothing can protect it. The mark commits no
+                # rows, so it is finished at once (never restored as "open" with a finite figure)
                 mark = Mark(s, p, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True, honoured=False,
                             reason="the record was already published", achieved=UNBOUNDED, leakage=UNBOUNDED,
                             ts=ts)
-                return self._add(mark)
+                self.finished.append(mark)
+                self.mark_events.append(mark)
+                return mark
             # p was redacted surely, but its right neighbours up to the oldest pending record are
             # decided too: redact the rest of the window fully; the exact figure decides.
             rest = max(Hr, oldest_pending - p)
@@ -398,12 +404,18 @@ class StreamPrivatizer:
         return mark
 
     # -- exact leakage of the rows actually used ----------------------------------------------
-    def _gap_kernel(self, G: int | None, base: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Kernel of one step (``base``) across a restart gap of G unseen readings (None: G = ∞, or
-        a sensor that restarted too: the new records are independent of the old ones)."""
+    def _gap_kernel(self, G: int | None) -> NDArray[np.float64]:
+        """Kernel of one step across a restart gap of G unseen readings (None: G = ∞, or a sensor
+        that restarted too: the new records are independent of the old ones)."""
         if G is None:
             return np.broadcast_to(self.plan.chain.initial, (2, 2)).copy()
-        return np.linalg.matrix_power(base, G + 1)
+        return self._power(G + 1)
+
+    def _power(self, n: int) -> NDArray[np.float64]:
+        """P^n for the restart gaps (n ≤ max_gap + 1), computed once and kept."""
+        while len(self._powers) <= n:
+            self._powers.append(self._powers[-1] @ self._P)
+        return self._powers[n]
 
     def _right_pairs(self, rows: NDArray[np.float64], p: int, G: int | None) -> NDArray[np.float64]:
         """R[a, b]: max log Pr(y_right | X_p=a)/Pr(y_right | X_p=b) for ``rows`` outward from p, then
@@ -416,7 +428,7 @@ class StreamPrivatizer:
         if b is not None and G != 0:
             k = b - p - 1  # outward step k goes from distance k to k + 1
             if 0 <= k < cut.shape[0]:
-                kern[k] = self._gap_kernel(G, self._P)
+                kern[k] = self._gap_kernel(G)
         r = side_range(kern, tables, np.arange(cut.shape[0]), revealing=revealing(tables))
         return np.array([[0.0, r.hi], [-r.lo, 0.0]])
 
@@ -437,7 +449,7 @@ class StreamPrivatizer:
         if b is not None and G:
             j = p - b + 1  # the step from p−j (before b) into p−j+1 = b
             if 1 <= j <= steps:
-                kern[j - 1] = np.linalg.matrix_power(P, G + 1)
+                kern[j - 1] = self._power(G + 1)
         if reaches:
             laws = np.eye(2) if self.initial is None else self.initial[None]
         else:

@@ -164,7 +164,10 @@ class StreamRuntime(abc.ABC):
         if step.duplicate:
             self.counters.duplicates += 1
             return rec, step
-        if not step.new and not isinstance(rec, Rejection):  # late by the step rule (sample slots)
+        if step.unusable and not isinstance(rec, Rejection):
+            rec = Rejection("bad-ts", "field 'ts' lies too far from the sample grid's anchor",
+                            private=rec.private, ts=rec.ts)
+        elif not step.new and not isinstance(rec, Rejection):  # late by the step rule (sample slots)
             rec = Rejection("ts-out-of-order", "field 'ts' lies in a sample slot before the newest one",
                             private=rec.private, ts=rec.ts)
         if isinstance(rec, Rejection):

@@ -39,6 +39,8 @@ class Step:
     repeat: int | None = None
     missing: tuple[float, ...] = ()
     duplicate: bool = False
+    #: The time cannot be placed on the sample grid (too far from its anchor to count slots).
+    unusable: bool = False
 
 
 class StepTracker:
@@ -59,12 +61,17 @@ class StepTracker:
         self._newest: float | None = None
         self._anchor: float | None = None
 
-    def _key(self, t: float) -> float:
+    def _key(self, t: float) -> float | None:
+        """The step key of time t: t itself, or its slot on the sample grid (None: no slot can be
+        counted, the time lies too far from the anchor)."""
         if self.period is None:
             return t
         if self._anchor is None:
             self._anchor = t
-        return float(round((t - self._anchor) / self.period))
+        slots = (t - self._anchor) / self.period
+        if not abs(slots) < 2.0**52:  # beyond it (or inf) slots cannot be counted one by one
+            return None
+        return float(round(slots))
 
     def classify(self, t: float | None) -> Step:
         """The verdict for a frame at time ``t`` (None: no usable time — a new step)."""
@@ -73,6 +80,8 @@ class StepTracker:
         if self.floor is not None and t <= self.floor:
             return Step(False, None, duplicate=t == self.floor)
         key = self._key(t)
+        if key is None:
+            return Step(False, unusable=True)
         if key in self._by_key:
             return Step(False, self._by_key[key], duplicate=True)
         if self._newest is not None and key < self._newest:
@@ -87,8 +96,11 @@ class StepTracker:
     def taken(self, t: float | None) -> None:
         """Record that the next physical index went to a step at time ``t`` (None: unknown)."""
         if t is not None and math.isfinite(t):
-            self.newest_ts = t if self.newest_ts is None else max(self.newest_ts, t)
             key = self._key(t)
+            if key is None:
+                self.next_phys += 1
+                return
+            self.newest_ts = t if self.newest_ts is None else max(self.newest_ts, t)
             self._by_key[key] = self.next_phys
             self._newest = key if self._newest is None else max(self._newest, key)
             while len(self._by_key) > MEMORY:
