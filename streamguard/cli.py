@@ -292,6 +292,14 @@ def _check_redaction_stream(cfg: Any) -> None:
           f"{f', max hold {cfg.max_hold:g} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
     if delay < sp.left_horizon:
         print(f"  warning: delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
+    initial = None if cfg.model.initial is None else np.array(cfg.model.initial)
+    near = start_effect(sp.chain.matrix, sp.left.red[: sp.left_horizon], sp.left.budget, initial)
+    print(f"  start of the stream ({'stated initial law' if initial is not None else 'any initial law'}): marks "
+          f"before position {near['redact_to_start']} redact their left side to the start; the start matters "
+          f"until position {near['matters_until']} (also after every restart)")
+    steps = (f"steps are {cfg.sample_period:g} s slots" if cfg.sample_period else
+             "steps are distinct timestamps (frames without ts cannot be recognised as redeliveries)")
+    print(f"  {steps}")
 
 
 def _check_channel_stream(cfg: Any) -> None:
