@@ -137,3 +137,35 @@ def test_the_issues_booting_sensor_is_caught() -> None:
     stationary = left_pairs(kern, rows, chain.initial[None], reaches_start=True).max()
     assert stationary <= plan.left.budget * (1 + 1e-9)
     assert boot > 1.0 and worst >= boot
+
+
+def test_plan_stream_reports_where_the_start_matters() -> None:
+    """``plan --stream --json`` → ``start``: below ``redact_to_start`` the plan's left rows placed at
+    p exceed the left budget for some initial law; from it on they do not — checked with the tests'
+    own evaluator (tests/true_world.py: the exact supremum over initial laws), the right side fully
+    redacted so that the total is the left side alone."""
+    import json
+    import subprocess
+    import sys
+
+    from true_world import worst_over_initial
+
+    from streamguard import MarkovChain
+    from streamguard.redaction.plan import plan_stream
+
+    alpha, beta, eps = 0.0108, 0.265, 0.42
+    out = subprocess.run([sys.executable, "-m", "streamguard.cli", "plan", "--alpha", str(alpha), "--beta", str(beta),
+                          "--epsilon", str(eps), "--stream", "--json"], capture_output=True, check=True, timeout=120)
+    start = json.loads(out.stdout)["start"]
+    sp = plan_stream(MarkovChain.binary(alpha, beta), eps)
+    H = sp.left_horizon
+
+    def worst_left(p: int) -> float:
+        rows = [sp.left.red[p - t - 1] if p - t <= H else (0.0, 0.0) for t in range(p)] + [(1.0, 1.0)] * 3
+        return worst_over_initial(MarkovChain.binary(alpha, beta).matrix, np.array(rows), p).total
+
+    over = [p for p in range(H + 1) if worst_left(p) > sp.left.budget * (1 + 1e-9)]
+    assert start["redact_to_start"] == (max(over) + 1 if over else 0)
+    assert start["worst_left"] == pytest.approx(max(worst_left(p) for p in range(start["redact_to_start"], H + 2)),
+                                                rel=1e-9)
+    assert -1e-13 <= worst_left(start["matters_until"]) - worst_left(10**4) < 1e-11
