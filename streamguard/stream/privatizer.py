@@ -336,9 +336,9 @@ class StreamPrivatizer:
         already took more than the plan's share, and full redaction when nothing is left (then the
         mark is not honoured, and still protects what it can). The mark's figure is the exact
         leakage of these rows (:meth:`_committed`)."""
-        for m in self._marks:
-            if m.phys == p and m.honoured:
-                return m  # already private; a second mark changes nothing
+        for m in (*self._marks, *self.finished):
+            if m.phys == p:
+                return m  # already marked: a repeated flag or command changes nothing (and writes nothing)
         ts = self._ts_of.get(p)
         oldest_pending = self._pending[0].phys if self._pending else self.next_phys
         H, Hr = self.plan.left_horizon, self.plan.right_horizon
