@@ -61,6 +61,7 @@ from .._json import json_number
 from ..chain import MarkovChain
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
+from ..private_files import private_file
 from .book import Guarantee, StreamBook
 from .events import AggregateEvent, Event, EventError, Family, canonical, event_from_json
 
@@ -220,6 +221,7 @@ class Ledger:
                 raise LedgerError(f"{path}: no such ledger")
             db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
         else:
+            private_file(path)  # the times of private marks: 0600, and so its -wal and -shm files
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, Self, TypeVar
 
 from ..config import OutboxConfig
+from ..private_files import private_file
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ class Outbox:
             raise ValueError("max_records must be ≥ 1")
         self._max = max_records
         self._overflow = overflow
+        private_file(path)  # 0600, and so its -wal and -shm files too
         self._db = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":

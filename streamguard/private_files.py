@@ -1,0 +1,38 @@
+"""State files that only the daemon's user may read (issue 13, "files and secrets").
+
+The outbox holds sanitized records, redaction rows and mark states; the ledger holds the times of
+private marks. Both are SQLite databases in WAL mode, and SQLite creates a database's ``-wal`` and
+``-shm`` files with the database file's own permissions. So creating the database file 0600 before
+SQLite opens it keeps all three private, whatever the process umask; an existing file readable by
+group or others is tightened, and that is logged (it may have been read already).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PRIVATE = 0o600
+
+
+def private_file(path: str | Path) -> None:
+    """Make sure the file at ``path`` exists with mode 0600 (or stricter). ``:memory:`` is skipped."""
+    p = str(path)
+    if p == ":memory:" or p.startswith("file:"):
+        return
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE)
+    except FileExistsError:
+        mode = stat.S_IMODE(os.stat(p).st_mode)
+        if mode & 0o077:
+            os.chmod(p, mode & 0o700)
+            for extra in (f"{p}-wal", f"{p}-shm"):
+                if os.path.exists(extra):
+                    os.chmod(extra, stat.S_IMODE(os.stat(extra).st_mode) & 0o700)
+            log.warning("%s was readable by group or others (mode %o): now %o", p, mode, mode & 0o700)
+        return
+    os.close(fd)
