@@ -47,6 +47,25 @@ class BrokerConfig(_Strict):
             raise ValueError("give either password or password_file, not both")
         return self
 
+    def risks(self) -> list[str]:
+        """What the operator should know about how the password is kept and sent (one line each,
+        never the secret): a password file readable by group or others; a password sent without
+        TLS to a broker that is not on this device."""
+        out = []
+        if self.password_file is not None:
+            try:
+                mode = self.password_file.stat().st_mode & 0o777
+            except OSError:
+                mode = 0
+            if mode & 0o077:
+                out.append(f"broker.password_file {self.password_file} is readable by group or others "
+                           f"(mode {mode:o}); chmod 600 it")
+        if (self.password is not None or self.password_file is not None) and not self.tls \
+                and not is_loopback(self.host):
+            out.append(f"broker.password is sent without TLS to {self.host}, which is not on this device; "
+                       "set broker.tls = true")
+        return out
+
     def secret(self) -> str | None:
         """The password, read from ``password_file`` when configured (never logged)."""
         if self.password_file is not None:

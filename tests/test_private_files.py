@@ -46,3 +46,17 @@ def test_an_existing_readable_outbox_is_tightened(tmp_path: Path, caplog: pytest
         pass
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert "readable by group or others" in caplog.text
+
+
+def test_broker_secrets_at_risk_are_named_never_shown(tmp_path: Path) -> None:
+    from streamguard.config import BrokerConfig
+
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2\n")
+    os.chmod(secret, 0o644)
+    risks = BrokerConfig(host="broker.example", password_file=secret).risks()
+    assert len(risks) == 2 and all("hunter2" not in r for r in risks)
+    assert "readable by group or others" in risks[0] and "without TLS" in risks[1]
+    os.chmod(secret, 0o600)
+    assert BrokerConfig(host="127.0.0.1", password_file=secret).risks() == []
+    assert BrokerConfig(host="broker.example", password_file=secret, tls=True).risks() == []

@@ -377,6 +377,8 @@ class Daemon:
         outbox or the ledger, and after a shutdown if another streamguard took over the
         identity."""
         s = self.settings
+        for risk in s.broker.risks():
+            log.warning("%s", risk)
         with contextlib.ExitStack() as locks:
             locked: set[str] = set()
             for path, what in ((s.outbox.path, "outbox"), (s.ledger_path(), "ledger")):
