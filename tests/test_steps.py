@@ -72,8 +72,8 @@ def test_with_a_sample_period_missing_slots_are_redacted_steps() -> None:
 
 
 def test_tracker_caps_missing_slots() -> None:
-    tr = StepTracker(1.0, next_phys=0, max_missing=5)
-    tr.taken(T0)
+    tr = StepTracker(1.0, max_missing=5)
+    tr.taken(T0, 0)
     step = tr.classify(T0 + 100)
     assert step.new and len(step.missing) == 5
 
@@ -82,6 +82,7 @@ def test_tracker_caps_missing_slots() -> None:
     b'{"\\u0070rivate": true, "value": 5}',       # an escaped key
     b'{"private": true, "private": false, "value": "lo"}',  # a duplicate key, read last-wins by json
     b'{"value": "lo", "meta": {"Private": 1}}',   # nested, other case
+    b'{"value": "lo", "x": [{"private": true}]}',  # in a list inside the object
     b'\xff\xfe{"private": true}',                 # not UTF-8: cannot be read, may carry it
     b'{"value": "lo", "private": tru',            # truncated
     b'{"value": "' + b"x" * 20000 + b'"}',        # oversized
@@ -113,7 +114,7 @@ def test_a_rejected_frame_near_a_schedule_window_is_private() -> None:
 def test_after_a_restart_frames_up_to_the_last_step_make_no_step() -> None:
     """The newest step's ts survives a restart (the outbox keeps it): the previous run's last frame
     redelivered is a duplicate, an older one is late, and a newer one is the next step."""
-    tr = StepTracker(None, next_phys=10, max_missing=8, floor=T0 + 9)
+    tr = StepTracker(None, max_missing=8, floor=T0 + 9)
     assert tr.classify(T0 + 9).duplicate and not tr.classify(T0 + 9).new
     late = tr.classify(T0 + 5)
     assert not late.new and not late.duplicate

@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._jit import kernel
-from .exact import SideRange
+from ..chain import stationary_distribution
 
 
 def laws_at_distance(P: NDArray[np.float64], d: int, initial: NDArray[np.float64] | None) -> NDArray[np.float64]:
@@ -67,14 +67,8 @@ def laws_at_distance(P: NDArray[np.float64], d: int, initial: NDArray[np.float64
     mu = np.asarray(initial, dtype=np.float64)
     rows = [mu @ Pd]
     if k == 2:
-        pi = _stationary2(P)
-        rows += [mu @ Pd @ P, pi]
+        rows += [mu @ Pd @ P, stationary_distribution(P)]
     return np.vstack(rows)
-
-
-def _stationary2(P: NDArray[np.float64]) -> NDArray[np.float64]:
-    a, b = P[0, 1], P[1, 0]
-    return np.array([b / (a + b), a / (a + b)])
 
 
 def _log_ratio(num: float, den: float) -> float:
@@ -286,9 +280,11 @@ def _constant_ratio(f: tuple[float, float], g: tuple[float, float]) -> float | N
     return None
 
 
-def as_side_range(pairs: NDArray[np.float64]) -> SideRange:
-    """The binary pair matrix as the stationary audit's :class:`SideRange` of log Pr(y|0)/Pr(y|1)."""
-    return SideRange(-float(pairs[1, 0]), float(pairs[0, 1]))
+def exceeds_left_budget(leak: float, budget: float) -> bool:
+    """Does a left side's worst-case leakage exceed the plan's left budget (beyond round-off)? Then a
+    window that reaches the first record is redacted to it (the privatizer), and ``start_effect``
+    reports the position as one that does so."""
+    return leak > budget * (1 + 1e-12) + 1e-15
 
 
 def start_effect(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budget: float,
@@ -319,7 +315,7 @@ def start_effect(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_bu
     stationary = worst(10**9)  # far from the start, where every law has mixed to π
     redact = 0
     for p in range(H + 1):
-        if worst(p) > left_budget * (1 + 1e-12) + 1e-15:
+        if exceeds_left_budget(worst(p), left_budget):
             redact = p + 1
     worst_left = max(worst(p) for p in range(redact, H + 2))
     lo, hi = H + 1, H + 2

@@ -117,7 +117,7 @@ class ChannelRuntime(StreamRuntime):
         self.source = source
         self.next_seq = resume.first_seq
         self.next_phys = resume.first_phys
-        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=MEMORY,
+        self.steps = StepTracker(cfg.sample_period, max_missing=MEMORY,
                                  floor=resume.newest_ts)
         self._reserved = resume.first_phys  # positions below this are covered by a ledger event
         self.metrics = channel_metrics(self.channel, self.joint)
@@ -150,11 +150,11 @@ class ChannelRuntime(StreamRuntime):
             return [], rec if isinstance(rec, Rejection) else None
         for missing in step.missing:  # readings that never arrived still occupy their steps
             self._observe(self.next_phys, None)
+            self.steps.taken(missing, self.next_phys)
             self.next_phys += 1
-            self.steps.taken(missing)
         phys = self.next_phys
         self.next_phys += 1
-        self.steps.taken(rec.ts)
+        self.steps.taken(rec.ts, phys)
         if isinstance(rec, Rejection):
             self._observe(phys, None)
             return [], rec

@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 
 from .._json import json_number
 from ..audit.exact import Leakage, side_range
-from ..audit.start import laws_at_distance, left_pairs
+from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs
 from ..channel import redaction_tables, revealing
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET, SideModel, plan_side
@@ -296,12 +296,10 @@ class StreamPrivatizer:
             for m in self.finished:
                 if m.seq == s and m.phys < 0:
                     return m  # already reported: a repeated command changes nothing
-            mark = Mark(s, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True, honoured=False,
-                        reason="the record was published too long ago (or before a restart)",
-                        achieved=UNBOUNDED, leakage=UNBOUNDED)
-            self.finished.append(mark)
-            self.mark_events.append(mark)
-            return mark
+            return self._finish_now(Mark(s, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True,
+                                         honoured=False,
+                                         reason="the record was published too long ago (or before a restart)",
+                                         achieved=UNBOUNDED, leakage=UNBOUNDED))
         return self._mark_at(s, self._phys_of_seq[s], source)
 
     @property
@@ -312,12 +310,9 @@ class StreamPrivatizer:
     def mark_lost(self, *, source: str, ts: float | None) -> Mark:
         """A request to make private a step older than the core's memory: it was decided long ago
         and cannot be protected any more — reported as not honoured, unbounded, never hidden."""
-        mark = Mark(None, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True, honoured=False,
-                    reason="the step was decided too long ago to protect", achieved=UNBOUNDED,
-                    leakage=UNBOUNDED, ts=ts)
-        self.finished.append(mark)
-        self.mark_events.append(mark)
-        return mark
+        return self._finish_now(Mark(None, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True,
+                                     honoured=False, reason="the step was decided too long ago to protect",
+                                     achieved=UNBOUNDED, leakage=UNBOUNDED, ts=ts))
 
     def mark_position(self, p: int, *, source: str = "flag") -> Mark:
         """Make physical step ``p`` private (a step the owner identified otherwise than by seq: a
@@ -348,12 +343,9 @@ class StreamPrivatizer:
             if row is None or min(row) < 1.0:
                 # its reading may have been released: nothing can protect it. The mark commits no
                 # rows, so it is finished at once (never restored as "open" with a finite figure)
-                mark = Mark(s, p, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True, honoured=False,
-                            reason="the record was already published", achieved=UNBOUNDED, leakage=UNBOUNDED,
-                            ts=ts)
-                self.finished.append(mark)
-                self.mark_events.append(mark)
-                return mark
+                return self._finish_now(Mark(s, p, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True,
+                                             honoured=False, reason="the record was already published",
+                                             achieved=UNBOUNDED, leakage=UNBOUNDED, ts=ts))
             # p was redacted surely, but its right neighbours up to the oldest pending record are
             # decided too: redact the rest of the window fully; the exact figure decides.
             rest = max(Hr, oldest_pending - p)
@@ -369,7 +361,7 @@ class StreamPrivatizer:
         pending_left = np.ones((n_pending, 2)) if late else self.plan.left.red[:n_pending]
         mark = Mark(s, p, source, pending_left, self.plan.right.red[:Hr], late=late, left_reach=width, ts=ts)
         l_leak = self._left_leakage(mark)
-        if not late and l_leak > self.plan.left.budget * (1 + 1e-12) + 1e-15 and width == p:
+        if not late and width == p and exceeds_left_budget(l_leak, self.plan.left.budget):
             # the window reaches the stream's first record, whose law is unknown (a sensor may boot
             # in a known state, notes: DESIGN.md §3): redact the left side to the start fully — a
             # left side that releases nothing leaks nothing, whatever the initial law
@@ -388,7 +380,14 @@ class StreamPrivatizer:
         return self._add(self._settle(mark))
 
     def _add(self, mark: Mark) -> Mark:
+        """An open mark: its window is still being decided."""
         self._marks.append(mark)
+        self.mark_events.append(mark)
+        return mark
+
+    def _finish_now(self, mark: Mark) -> Mark:
+        """A finished mark: reported (and persisted) as it is, never restored as open."""
+        self.finished.append(mark)
         self.mark_events.append(mark)
         return mark
 
@@ -551,8 +550,7 @@ class StreamPrivatizer:
             if m.honoured and not m.achieved.total <= self.plan.epsilon * (1 + 1e-12):
                 m.honoured = False  # the exact check has the last word (never expected: the
                 m.reason = "the exact achieved leakage exceeds the budget"  # committed figure was ≤ ε)
-            self.finished.append(m)
-            self.mark_events.append(m)
+            self._finish_now(m)
         self._marks = still
 
     def is_open(self, m: Mark) -> bool:

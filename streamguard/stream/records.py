@@ -156,7 +156,7 @@ class _Object(dict):  # type: ignore[type-arg]
 def _object(pairs: list[tuple[str, Any]]) -> _Object:
     obj = _Object(pairs)
     obj.asks_private = any(k.strip().lower() == "private" and v is not False for k, v in pairs) or any(
-        isinstance(v, _Object) and v.asks_private for _, v in pairs)
+        _asks_private(v) for _, v in pairs)  # nested objects (decoded first) and lists of them
     return obj
 
 

@@ -243,7 +243,7 @@ class RedactionRuntime(StreamRuntime):
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
         self.plan_leakage = self.plan.leakage()
-        self.steps = StepTracker(cfg.sample_period, next_phys=resume.first_phys, max_missing=self.core.memory,
+        self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
         self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
@@ -270,19 +270,19 @@ class RedactionRuntime(StreamRuntime):
         releases: list[Release] = []
         for missing in step.missing:  # readings that never arrived still occupy their steps
             releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True))
-            self.steps.taken(missing)
+            self.steps.taken(missing, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None)
         if isinstance(rec, Rejection):
             private = rec.private or self._scheduled(now if rec.ts is None else rec.ts, guard=True)
             releases += self.core.skip(now=now, ts=rec.ts, private=private)
-            self.steps.taken(rec.ts)
+            self.steps.taken(rec.ts, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None)
             return self._count(releases), rec
         scheduled = self._scheduled(rec.ts, guard=False)
         source = "flag" if rec.private else "schedule"
         _, accepted = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
                                        source=source)
-        self.steps.taken(rec.ts)
+        self.steps.taken(rec.ts, self.core.next_phys - 1)
         # a record flagged private on arrival stays out of the aggregate windows (its position is
         # still charged); a mark that comes later cannot take back a reading already counted
         self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state)

@@ -44,14 +44,12 @@ class Step:
 
 
 class StepTracker:
-    """Numbers the steps of one stream (see module docstring). ``next_phys`` is the physical index
-    the next new step will get; the owner calls :meth:`taken` for every step it pushes."""
+    """Recognises the steps of one stream (see module docstring). The owner numbers the steps and
+    calls :meth:`taken` with each step's time and physical index as it pushes it."""
 
-    def __init__(self, sample_period: float | None, *, next_phys: int, max_missing: int,
-                 floor: float | None = None) -> None:
+    def __init__(self, sample_period: float | None, *, max_missing: int, floor: float | None = None) -> None:
         self.period = sample_period
         self.max_missing = max_missing
-        self.next_phys = next_phys
         #: The newest step's time before a restart (persisted): a frame at or before it is a
         #: redelivery from the previous run or a late frame, never a new step.
         self.floor = floor
@@ -93,19 +91,17 @@ class StepTracker:
             missing = tuple(self._anchor + (self._newest + i) * self.period for i in range(1, skipped + 1))
         return Step(True, None, missing)
 
-    def taken(self, t: float | None) -> None:
-        """Record that the next physical index went to a step at time ``t`` (None: unknown)."""
-        if t is not None and math.isfinite(t):
-            key = self._key(t)
-            if key is None:
-                self.next_phys += 1
-                return
-            self.newest_ts = t if self.newest_ts is None else max(self.newest_ts, t)
-            self._by_key[key] = self.next_phys
-            self._newest = key if self._newest is None else max(self._newest, key)
-            while len(self._by_key) > MEMORY:
-                self._by_key.popitem(last=False)
-        self.next_phys += 1
+    def taken(self, t: float | None, phys: int) -> None:
+        """Record that physical index ``phys`` went to a step at time ``t`` (None: unknown)."""
+        key = None if t is None or not math.isfinite(t) else self._key(t)
+        if key is None:
+            return
+        assert t is not None
+        self.newest_ts = t if self.newest_ts is None else max(self.newest_ts, t)
+        self._by_key[key] = phys
+        self._newest = key if self._newest is None else max(self._newest, key)
+        while len(self._by_key) > MEMORY:
+            self._by_key.popitem(last=False)
 
     def _nearest(self, key: float) -> int | None:
         """The remembered step closest in time to a late frame (None: older than the memory)."""
