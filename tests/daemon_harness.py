@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import math
+from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -206,6 +207,33 @@ def truth_of(frames: Sequence[Frame], stream: str, labels: Sequence[str]) -> Tru
             t.seq_phys.append(len(t.steps))
         t.steps.append((ok, f.meta.state if ok else None, f.meta.ts, flag))
     return t
+
+
+def daemon_toml(conf: Path, outbox: Path, port: int, *, base: str, device: str, stream: str,
+                labels: Sequence[str], source: str = "mqtt", epsilon: float = 1.0, client_id: str | None = None,
+                extra: str = "") -> Path:
+    """Write the TOML configuration of a one-stream redaction daemon (model α = 0.1, β = 0.2, exact
+    design) on a loopback broker at ``port`` to ``conf``; ``extra`` is appended (e.g. aggregates)."""
+    conf.write_text(f"""device = "{device}"
+topic_base = "{base}"
+log_level = "WARNING"
+[broker]
+host = "127.0.0.1"
+port = {port}
+{f'client_id = "{client_id}"' if client_id else ''}
+[outbox]
+path = "{outbox}"
+[[streams]]
+name = "{stream}"
+labels = {json.dumps(list(labels))}
+source = "{source}"
+epsilon = {epsilon}
+design = "exact"
+[streams.model]
+alpha = 0.1
+beta = 0.2
+{extra}""")
+    return conf
 
 
 def may_ask_private(payload: bytes) -> bool:

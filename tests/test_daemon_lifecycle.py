@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from brokers import Broker, mosquitto  # noqa: F401
-from daemon_harness import Spy, first_occurrences, running
+from daemon_harness import Spy, daemon_toml, first_occurrences, running
 
 import streamguard.stream.daemon as daemon_mod
 from streamguard.config import Settings
@@ -54,27 +54,8 @@ EX_TEMPFAIL = 75
 
 def write_config(d: Path, port: int, *, source: str = "mqtt", outbox: str = "outbox.sqlite",
                  client_id: str | None = None) -> Path:
-    conf = d / f"{outbox}.toml"
-    conf.write_text(f"""device = "{DEVICE}"
-topic_base = "{BASE}"
-log_level = "WARNING"
-[broker]
-host = "127.0.0.1"
-port = {port}
-{f'client_id = "{client_id}"' if client_id else ''}
-[outbox]
-path = "{d / outbox}"
-[[streams]]
-name = "{STREAM}"
-labels = {json.dumps(list(LABELS))}
-source = "{source}"
-epsilon = 1.0
-design = "exact"
-[streams.model]
-alpha = 0.1
-beta = 0.2
-""")
-    return conf
+    return daemon_toml(d / f"{outbox}.toml", d / outbox, port, base=BASE, device=DEVICE, stream=STREAM,
+                       labels=LABELS, source=source, client_id=client_id)
 
 
 def frames(n: int, t0: float, private: tuple[int, ...] = ()) -> list[bytes]:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from brokers import Broker, mosquitto  # noqa: F401
-from daemon_harness import Spy, Truth, check_outputs, first_occurrences, publish_all, running, truth_of
+from daemon_harness import (Spy, Truth, check_outputs, daemon_toml, first_occurrences, publish_all, running,
+                            truth_of)
 
 from firmware_sim import Button, Faults, Labels, SimDevice, SimStream
 from streamguard import MarkovChain
@@ -39,30 +40,9 @@ STATUS = f"{BASE}/{DEVICE}/status"
 
 
 def write_config(tmp_path: Path, port: int) -> Path:
-    conf = tmp_path / "streamguard.toml"
-    conf.write_text(f"""device = "{DEVICE}"
-topic_base = "{BASE}"
-log_level = "WARNING"
-[broker]
-host = "127.0.0.1"
-port = {port}
-[outbox]
-path = "{tmp_path / 'outbox.sqlite'}"
-[[streams]]
-name = "{STREAM}"
-labels = {json.dumps(list(LABELS))}
-source = "mqtt"
-epsilon = {EPSILON}
-design = "exact"
-[streams.model]
-alpha = 0.1
-beta = 0.2
-[[streams.aggregates]]
-query = "histogram"
-window = 40
-epsilon = 1.0
-""")
-    return conf
+    return daemon_toml(tmp_path / "streamguard.toml", tmp_path / "outbox.sqlite", port, base=BASE, device=DEVICE,
+                       stream=STREAM, labels=LABELS, epsilon=EPSILON,
+                       extra='[[streams.aggregates]]\nquery = "histogram"\nwindow = 40\nepsilon = 1.0\n')
 
 
 class DaemonProcess:
