@@ -14,7 +14,7 @@ import pytest
 
 from streamguard.config import Settings
 from streamguard.ledger.events import EventError
-from streamguard.stream.runtime import make_runtime
+from streamguard.stream.runtimes import make_runtime
 from streamguard.sampling import bit_source
 
 LABELS = ["low", "mid", "high"]

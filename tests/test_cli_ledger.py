@@ -1,4 +1,4 @@
-"""``streamguard ledger show / export / check`` (streamguard/cli_ledger.py)."""
+"""``streamguard ledger show / export / check`` (streamguard/cli/ledger.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``streamguard mechanism design|check`` and saved channel files (streamguard.cli_mechanism,
+"""``streamguard mechanism design|check`` and saved channel files (streamguard.cli.mechanism,
 streamguard.perturbation.channel_file): every kind, malformed models, tampered files, exit codes."""
 
 from __future__ import annotations

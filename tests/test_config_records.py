@@ -16,7 +16,7 @@ from streamguard.calibration import MIN_VISITS, estimate_chain
 from streamguard.config import ConfigError, ScheduleWindow, load_settings
 from streamguard.sampling import SeededSource
 from streamguard.stream.records import MAX_FRAME_BYTES, RawRecord, Rejection, StateMap, parse_frame
-from streamguard.stream.runtime import RedactionRuntime
+from streamguard.stream.redaction_runtime import RedactionRuntime
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
 LABELS = StateMap(labels=("vacant", "occupied"))

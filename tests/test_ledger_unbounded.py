@@ -24,7 +24,7 @@ from streamguard.ledger.odometer import odometer
 from streamguard.ledger.store import Ledger
 from streamguard.quilt import QuiltAccountant, QuiltModel, sigma_inf
 from streamguard.sampling import SeededSource
-from streamguard.stream.runtime import RedactionRuntime
+from streamguard.stream.redaction_runtime import RedactionRuntime
 
 ALPHA, BETA, EPS = 0.1, 0.2, 1.0
 #: Label values no log line could contain by accident.
@@ -168,7 +168,7 @@ def test_each_mark_not_honoured_logs_one_warning_without_a_reading(
     open over several frames and status refreshes, and then finish."""
     d = Drive(tmp_path, delay=0)  # every record is decided as soon as the next one arrives
     d.frames(400)
-    with caplog.at_level(logging.WARNING, logger="streamguard.stream.runtime"):  # (the demo quiets it)
+    with caplog.at_level(logging.WARNING, logger="streamguard.stream.redaction_runtime"):  # (the demo quiets it)
         d.command(0)
         d.command(390)
         d.command("now")  # on record 399, whose left neighbour 398 is out
@@ -249,7 +249,7 @@ def test_a_mark_known_by_neither_seq_nor_position_is_its_own_ledger_mark(
     d.command(4)  # its released left neighbours exhaust ε (delay 0): open, not honoured, stored under seq 4
     stored = dict(d.reports)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="streamguard.stream.runtime"):
+    with caplog.at_level(logging.WARNING, logger="streamguard.stream.redaction_runtime"):
         d.rt.core.mark_lost(source="flag", ts=None)
         records = d.rt.mark_records()
         d.ledger.commit_all(d.rt.take_ledger_events())

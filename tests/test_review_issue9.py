@@ -28,7 +28,7 @@ from streamguard.config import Settings
 from streamguard.redaction.plan import StreamPlan, plan_stream
 from streamguard.sampling import SeededSource
 from streamguard.stream.privatizer import Mark, StreamPrivatizer
-from streamguard.stream.runtime import RedactionRuntime
+from streamguard.stream.redaction_runtime import RedactionRuntime
 from true_world import transition, true_leakage, worst_over_initial
 
 TOL = 1e-9

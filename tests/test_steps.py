@@ -11,7 +11,7 @@ import pytest
 
 from streamguard.config import ScheduleWindow, Settings
 from streamguard.stream.records import StateMap, parse_frame
-from streamguard.stream.runtime import RedactionRuntime
+from streamguard.stream.redaction_runtime import RedactionRuntime
 from streamguard.sampling import SeededSource
 from streamguard.stream.steps import StepTracker
 

@@ -10,7 +10,7 @@ import json
 
 from streamguard.config import Settings
 from streamguard.sampling import SeededSource
-from streamguard.stream.runtime import make_runtime
+from streamguard.stream.runtimes import make_runtime
 
 EPS = 80.0  # P(noise ≠ 0) per bin ≈ 2·e^{−40}
 

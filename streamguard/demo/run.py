@@ -168,7 +168,8 @@ def _check(watch: Watch, truth: dict[str, list[int | None]]) -> list[str]:
 async def run_demo(duration: float, rate: float, seed: int, broker: tuple[str, int] | None,
                    out: TextIO) -> int:
     """Run the demo; returns 0 when every end-to-end check passed."""
-    for noisy in ("amqtt", "transitions", "streamguard.stream.transport", "streamguard.stream.runtime"):
+    for noisy in ("amqtt", "transitions", "streamguard.stream.transport", "streamguard.stream.runtime",
+                  "streamguard.stream.redaction_runtime"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     async with contextlib.AsyncExitStack() as stack:
         if broker is None:

@@ -53,7 +53,8 @@ from ..sampling import bit_source
 from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox
 from .privatizer import Mark
 from .publisher import Publisher
-from .runtime import Resume, StreamRuntime, make_runtime
+from .runtime import Resume, StreamRuntime
+from .runtimes import make_runtime
 from .transport import Message, MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)

@@ -23,11 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .ledger.events import NAME
-from .ledger.odometer import odometer
-from .ledger.recheck import RecheckError, recheck
-from .ledger.store import Ledger, LedgerError
-
+from ..ledger.events import NAME
+from ..ledger.odometer import odometer
+from ..ledger.recheck import RecheckError, recheck
+from ..ledger.store import Ledger, LedgerError
 
 #: The ``format`` of :meth:`Ledger.export`: a JSON file without it is not an export (exit 2), one
 #: with it is checked (exit 1 if it does not re-check).

@@ -27,12 +27,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .chain import MarkovChain
-from .perturbation.channel_file import ChannelFileError, ChannelWriteError, load_channel, save_channel
-from .perturbation.designers import DESIGNERS, KINDS, design
-from .perturbation.metrics import channel_metrics, metrics_json
-from .perturbation.model import Joint, ModelInputError, PerturbationChannel
-from .perturbation.verify import ClaimViolation, VerifyReport, require_valid, verify
+from ..chain import MarkovChain
+from ..perturbation.channel_file import (
+    ChannelFileError,
+    ChannelWriteError,
+    load_channel,
+    save_channel,
+)
+from ..perturbation.designers import DESIGNERS, KINDS, design
+from ..perturbation.metrics import channel_metrics, metrics_json
+from ..perturbation.model import Joint, ModelInputError, PerturbationChannel
+from ..perturbation.verify import ClaimViolation, VerifyReport, require_valid, verify
 
 _MEASURES = tuple(dict.fromkeys(m for spec in DESIGNERS.values() for m in spec.measures))
 
@@ -79,7 +84,7 @@ def _chain(text: str | None) -> MarkovChain | None:
 def _stream(channel: PerturbationChannel, chain: MarkovChain | None) -> dict[str, Any] | None:
     if chain is None:
         return None
-    from .perturbation.stream_leakage import stream_leakage_report
+    from ..perturbation.stream_leakage import stream_leakage_report
 
     try:
         return stream_leakage_report(channel, chain)
@@ -207,7 +212,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _guard(func: Any) -> Any:
     """Design errors (unknown kind, bad budget, …) are argument errors: exit 2 via main."""
-    from .perturbation.model import DesignError
+    from ..perturbation.model import DesignError
 
     def run(args: argparse.Namespace) -> int:
         try:

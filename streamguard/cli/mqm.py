@@ -27,12 +27,12 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-from .chain import MarkovChain
-from .quilt import MODES, QuiltModel, Scale, sigma_inf, sigma_max, sigma_supq
-from .quilt import release as aggregate
-from .quilt.accountant import QuiltAccountant
-from .quilt.release import AggregateRelease
-from .sampling import BitSource, bit_source
+from ..chain import MarkovChain
+from ..quilt import MODES, QuiltModel, Scale, sigma_inf, sigma_max, sigma_supq
+from ..quilt import release as aggregate
+from ..quilt.accountant import QuiltAccountant
+from ..quilt.release import AggregateRelease
+from ..sampling import BitSource, bit_source
 
 
 class MqmArgumentError(ValueError):

@@ -1,0 +1,222 @@
+"""A 3R redaction stream at run time: the plan by signed distance, the privatizer core, the marks' ledger
+events and the retained privacy status (the frame handling all streams share is in :mod:`.runtime`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..config import Settings, StreamConfig
+from ..redaction.plan import StreamPlan, plan_stream
+from ..sampling import BitSource
+from ..ledger.events import RedactionEvent
+from .privatizer import Mark, Release, StreamPrivatizer
+from .records import Rejection
+from .steps import StepTracker
+
+from .runtime import FRESH, Resume, StreamRuntime
+
+log = logging.getLogger(__name__)
+
+
+class RedactionRuntime(StreamRuntime):
+    """A 3R redaction stream: the plan by signed distance and the privatizer core."""
+
+    mechanism = "redaction"
+
+    def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource, *, resume: Resume = FRESH,
+                 aggregate_source: BitSource | None = None) -> None:
+        super().__init__(settings, cfg, source, aggregate_source)
+        assert cfg.epsilon is not None  # config validation: redaction streams have a budget
+        self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
+        self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
+                                     first_seq=resume.first_seq, first_phys=resume.first_phys,
+                                     decided=dict(resume.decided), open_marks=list(resume.open_marks),
+                                     restarted=resume.restarted,
+                                     initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
+        self.plan_leakage = self.plan.leakage()
+        self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
+                                 floor=resume.newest_ts)
+        #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
+        self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
+
+    # -- input --------------------------------------------------------------------------------
+    def on_frame(self, data: bytes, now: float) -> tuple[list[Release], Rejection | None]:
+        """Validate and privatize one raw frame. Returns the records decided as a result and the
+        rejection, if any.
+
+        Steps (steps.py): a redelivered frame (a step already seen) or a late one makes no new step
+        — it only marks the step it repeats private when it asks to be. Slots skipped under a
+        sample period are missing readings. A rejected frame gets no seq and is never published,
+        but it still occupies its step, as a record redacted with probability 1 (privatizer.py); it
+        is private when it may carry a private request or its time — its own ``ts``, else the
+        daemon's clock — lies within ``schedule_guard`` of a schedule window (fail closed)."""
+        rec, step = self._intake(data, now)
+        rejection = rec if isinstance(rec, Rejection) else None
+        if not step.new:  # a redelivery, or a late frame: no step of its own
+            if rec.private and step.repeat is not None:
+                self.core.mark_position(step.repeat, source="flag")
+            elif rec.private:  # older than the memory: nothing left to protect, and it is said
+                self.core.mark_lost(source="flag", ts=rec.ts)
+            return [], rejection
+        releases: list[Release] = []
+        for missing in step.missing:  # readings that never arrived still occupy their steps
+            releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True))
+            self.steps.taken(missing, self.core.next_phys - 1)
+            self._observe(self.core.next_phys - 1, None)
+        if isinstance(rec, Rejection):
+            private = rec.private or self._scheduled(now if rec.ts is None else rec.ts, guard=True)
+            releases += self.core.skip(now=now, ts=rec.ts, private=private)
+            self.steps.taken(rec.ts, self.core.next_phys - 1)
+            self._observe(self.core.next_phys - 1, None)
+            return self._count(releases), rec
+        scheduled = self._scheduled(rec.ts, guard=False)
+        source = "flag" if rec.private else "schedule"
+        _, accepted = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
+                                       source=source)
+        self.steps.taken(rec.ts, self.core.next_phys - 1)
+        # a record flagged private on arrival stays out of the aggregate windows (its position is
+        # still charged); a mark that comes later cannot take back a reading already counted
+        self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state)
+        return self._count(releases + accepted), None
+
+    def _scheduled(self, ts: float, *, guard: bool) -> bool:
+        """Is time ``ts`` in a private schedule window (or, with ``guard``, near one)?"""
+        if guard:
+            return any(w.near(ts, self.cfg.schedule_guard) for w in self.cfg.schedule)
+        return any(w.contains(ts) for w in self.cfg.schedule)
+
+    def on_command(self, data: bytes) -> Rejection | None:
+        """Apply ``{"private": <seq>}`` or ``{"private": "now"}``; a bad command is counted."""
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply
+            return self._bad_command("not-json", "command is not valid JSON")
+        if not isinstance(obj, dict) or "private" not in obj:
+            return self._bad_command("not-object", "command must be an object with field 'private'")
+        target = obj["private"]
+        if target == "now":
+            seq = None
+        elif isinstance(target, int) and not isinstance(target, bool) and target >= 0:
+            seq = target
+        else:
+            return self._bad_command("bad-private", "field 'private' must be a record seq or \"now\"")
+        try:
+            self.core.mark(seq, source="command")
+        except ValueError:
+            return self._bad_command("unknown-seq", "field 'private' names a record not yet received")
+        return None
+
+    def tick(self, now: float) -> list[Release]:
+        """Decide records held longer than max_hold."""
+        return self._count(self.core.expire(now))
+
+    def drain(self) -> list[Release]:
+        self._flush_aggregates()
+        return self._count(self.core.drain())
+
+    def _count(self, releases: list[Release]) -> list[Release]:
+        for r in releases:
+            if r.redacted:
+                self.counters.redacted += 1
+            else:
+                self.counters.released += 1
+        return releases
+
+    def take_decisions(self) -> list[tuple[int, float, float]]:
+        """The redaction rows used since the last call, (physical index, r0, r1), for the outbox."""
+        rows = list(self.core.last_decisions)
+        self.core.last_decisions.clear()
+        return rows
+
+    def mark_records(self) -> dict[int, dict[str, Any]]:
+        """Marks created or finished since the last call, by seq, as stored in the outbox:
+        ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``.
+
+        Every such mark, honoured or not, also becomes one ledger event with its current figures
+        (:meth:`take_ledger_events`; a mark on a record published too long ago too, by its seq).
+        Each mark that is not honoured is logged as one WARNING when it becomes so — at its
+        creation, or when the exact check at its end fails — naming the stream, the seq, the
+        position and the reason, never a reading."""
+        marks: list[Mark] = []
+        for m in self.core.mark_events:  # a mark created and finished since the last call is listed twice
+            if not any(m is k for k in marks):
+                marks.append(m)
+        self.core.mark_events.clear()
+        for m in marks:
+            is_open, warned = self.core.is_open(m), any(m is w for w in self._warned_open)
+            if not m.honoured and not warned:
+                where = f"seq {m.seq}" if m.seq is not None else "a step with no known seq"
+                at = f"position {m.phys}" if m.phys >= 0 else "position unknown"
+                log.warning("stream %s: private mark (%s) on %s (%s) NOT honoured: %s", self.name, m.source,
+                            where, at, m.reason or "no reason recorded")
+                if is_open:
+                    self._warned_open.append(m)
+            elif warned and not is_open:
+                self._warned_open = [w for w in self._warned_open if w is not m]
+        self._ledger_events.extend(self._mark_event(m) for m in marks)
+        # rejected frames: negative keys; a mark with neither seq nor position (a step older than
+        # the privatizer's memory) is never open, has nothing to restore, and no key of its own
+        return {m.seq if m.seq is not None else -(m.phys + 1):
+                {"open": self.core.is_open(m), "state": m.state(), "report": m.report()}
+                for m in marks if m.seq is not None or m.phys >= 0}
+
+    def _mark_event(self, m: Mark) -> RedactionEvent:
+        """The ledger's record of a mark, with the privatizer's figure (``Mark.leakage``): the exact
+        leakage of the rows used plus the rows committed, never below the final figure and exact
+        once the mark's window is decided — so the ledger holds the mark before any of its
+        neighbours is published. A mark whose position is no longer known (phys −1) is recorded
+        with position None (and its seq, if it has one), not honoured, with unbounded leakage."""
+        assert m.leakage is not None and self.cfg.epsilon is not None  # the privatizer reports every mark's figure
+        known = m.phys >= 0
+        return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys if known else None,
+                              seq=m.seq, plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon,
+                              left=m.leakage.left, right=m.leakage.right, total=m.leakage.total,
+                              honoured=m.honoured, reason=m.reason,
+                              lo=max(0, m.phys - m.left.shape[0]) if known else None,
+                              hi=m.right_end if known else None)
+
+    # -- output -------------------------------------------------------------------------------
+    def record(self, r: Release) -> dict[str, Any]:
+        """The sanitized record of a decision (no raw value unless the plan released it)."""
+        return {
+            "device": self.settings.device,
+            "stream": self.name,
+            "seq": r.seq,
+            "ts": r.ts,
+            "value": None if r.state is None else self.states.label_of(r.state),
+            "redacted": r.state is None,
+            "redaction": list(r.row),
+            "mode": self._mode(),
+        }
+
+    def payload(self, r: Release) -> bytes:
+        return json.dumps(self.record(r), separators=(",", ":")).encode()
+
+    def privacy_status(self) -> dict[str, Any]:
+        """The retained privacy status: model, budget, plan, marks and counters."""
+        chain = self.plan.chain
+        core = self.core.status()
+        return {
+            "stream": self.name,
+            "guarantee": "ε-LDP about each private position under the stated Markov model",
+            "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary},
+            "mechanism": "3R redaction (paper 000, corrected)",
+            "epsilon": self.plan.epsilon,
+            "design": self.plan.design,
+            "split": [self.plan.left.budget, self.plan.right.budget],
+            "horizons": {"left": self.plan.left_horizon, "right": self.plan.right_horizon},
+            "plan_leakage": self.plan_leakage.total,
+            "delay": core["delay"],
+            "max_hold": self.cfg.max_hold,
+            "deterministic": self.deterministic,
+            "next_seq": core["next_seq"],
+            "pending": core["pending"],
+            "open_marks": core["open_marks"],
+            "recent_marks": core["finished_marks"][-50:],
+            "restarted": core["restarted"],
+            "counters": self.counters.as_dict(),
+        }
