@@ -219,6 +219,32 @@ class AggregateConfig(_Strict):
         return self
 
 
+#: Home Assistant's binary_sensor device classes (homeassistant.components.binary_sensor).
+HASS_BINARY_DEVICE_CLASSES = (
+    "battery", "battery_charging", "carbon_monoxide", "cold", "connectivity", "door", "garage_door", "gas",
+    "heat", "light", "lock", "moisture", "motion", "moving", "occupancy", "opening", "plug", "power",
+    "presence", "problem", "running", "safety", "smoke", "sound", "tamper", "update", "vibration", "window")
+
+
+class StreamHomeAssistant(_Strict):
+    """How a stream appears in Home Assistant when ``[homeassistant] enabled`` (stream/hass.py):
+    its entity ``name`` (default: the stream's name), the binary_sensor ``device_class`` of a
+    two-state stream, and which label is ``on`` (default: the second state)."""
+
+    name: str | None = Field(None, min_length=1, max_length=100)
+    device_class: Literal[HASS_BINARY_DEVICE_CLASSES] | None = None  # type: ignore[valid-type]
+    on: str | None = None
+
+
+class HomeAssistantConfig(_Strict):
+    """Home Assistant MQTT discovery of the sanitized streams (off by default; stream/hass.py):
+    retained configs under ``<prefix>/<component>/streamguard_<device>/<stream>/config``, re-sent
+    when Home Assistant publishes ``online`` on ``<prefix>/status``."""
+
+    enabled: bool = False
+    prefix: str = Field("homeassistant", pattern=r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*$")
+
+
 class StreamConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
     labels: list[str] | None = None
@@ -247,6 +273,8 @@ class StreamConfig(_Strict):
     #: Without it every distinct timestamp is a step.
     sample_period: float | None = Field(None, gt=0, le=86_400, allow_inf_nan=False)
     sim_rate: float = Field(10.0, gt=0, le=100_000)  # frames/s of a ``source = "sim"`` stream
+    #: How the stream appears in Home Assistant (only with ``[homeassistant] enabled``).
+    homeassistant: StreamHomeAssistant = StreamHomeAssistant()
 
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:
@@ -281,6 +309,18 @@ class StreamConfig(_Strict):
         budget = self.aggregate_budget
         if budget is not None and self.aggregates and budget < max(a.epsilon for a in self.aggregates):
             raise ValueError("aggregate_budget is below the ε of one aggregate window: every release would be refused")
+        return self
+
+    @model_validator(mode="after")
+    def _homeassistant(self) -> StreamConfig:
+        """A binary_sensor device class and an ``on`` label only make sense for two states; the
+        ``on`` label must be one of the stream's labels."""
+        ha, k = self.homeassistant, self.state_map().k
+        if k != 2 and (ha.device_class is not None or ha.on is not None):
+            raise ValueError("homeassistant: device_class and on are for two-state streams (a binary_sensor); "
+                             f"this stream has {k} states (an enum sensor)")
+        if ha.on is not None and ha.on not in (self.labels or []):
+            raise ValueError("homeassistant.on must be one of the stream's labels")
         return self
 
     def total_aggregate_budget(self) -> float | None:
@@ -336,6 +376,7 @@ class Settings(BaseSettings):
     outbox: OutboxConfig = OutboxConfig()
     ledger: LedgerConfig = LedgerConfig()
     publish: PublishConfig = PublishConfig()
+    homeassistant: HomeAssistantConfig = HomeAssistantConfig()
     streams: list[StreamConfig] = Field(min_length=1)
 
     _toml_path: ClassVar[Path | None] = None

@@ -92,6 +92,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(f"{file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
               f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}, "
               f"ledger {settings.ledger_path()}")
+        if settings.homeassistant.enabled:
+            print(f"  Home Assistant discovery: on, prefix {settings.homeassistant.prefix} (one entity per stream)")
         if settings.deterministic_seed is not None:
             print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
                   "against anyone who knows the seed)")

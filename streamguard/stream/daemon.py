@@ -50,6 +50,7 @@ from ..ledger.odometer import odometer
 from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
+from .hass import Discovery
 from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox
 from .privatizer import Mark
 from .publisher import Publisher
@@ -108,6 +109,7 @@ class Daemon:
         self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
+        self._discovery: Discovery | None = None  # Home Assistant discovery (stream/hass.py)
         self._status_dirty = asyncio.Event()
         # Store queue (decision order) drained by one writer task in groups.
         self._queue: deque[_StoreEntry] = deque()
@@ -268,6 +270,9 @@ class Daemon:
             await t.subscribe(rt.command_topic())
             if rt.cfg.source == "mqtt":
                 await t.subscribe(rt.raw_topic())
+        assert self._discovery is not None and self._box is not None
+        for topic in self._discovery.subscriptions:
+            await t.subscribe(topic)
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
             routes[rt.command_topic()] = (rt.name, True)
@@ -278,6 +283,9 @@ class Daemon:
             async for msg in t.messages():
                 if msg.topic == status_topic:
                     self._check_status(msg)
+                    continue
+                if self._discovery.wants_resend(msg):  # Home Assistant (re)started
+                    await self._discovery.sync(t, self._box)
                     continue
                 route = routes.get(msg.topic)
                 if route is None:
@@ -316,6 +324,8 @@ class Daemon:
                 await self._status_checked.wait()
         await t.publish(self.settings.topic("status"), self._status_payload("online"), retain=True)
         self._claimed = True
+        assert self._discovery is not None and self._box is not None
+        await self._discovery.sync(t, self._box)
         self._status_dirty.set()
         await self._status_loop(t)
 
@@ -400,6 +410,7 @@ class Daemon:
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
         s = self.settings
         await self._restore(box)
+        self._discovery = Discovery(s, self.runtimes.values())
         self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish)
         self._control = self._transport("", will=True)
         publisher = asyncio.create_task(self._publisher.run(), name="publisher")
