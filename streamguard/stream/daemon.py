@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ..ingest.stream import IngestHub, StepInput
 from ..ledger.events import AggregateEvent, Event
 from ..ledger.odometer import odometer
 from ..ledger.store import BudgetExceeded, Ledger
@@ -104,6 +105,8 @@ class Daemon:
         self.extra_sources = list(extra_sources or [])
         self.stats = DaemonStats()
         self.runtimes: dict[str, StreamRuntime] = {}
+        #: Streams read from sensors of the MQTT ecosystem, and their resampler grids (issue 10).
+        self.ingest = IngestHub(settings)
         self._box: AsyncOutbox | None = None
         self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
@@ -176,12 +179,12 @@ class Daemon:
                              identifier_suffix=suffix, will=will, instance=self.instance if will else None)
 
     # -- frames -------------------------------------------------------------------------------
-    async def handle_frame(self, stream: str, data: bytes) -> None:
+    async def handle_frame(self, stream: str, data: StepInput, now: float | None = None) -> None:
         rt = self.runtimes.get(stream)
         if rt is None:
             return
         self.stats.frames += 1
-        releases, _ = rt.on_frame(data, time.time())
+        releases, _ = rt.on_frame(data, time.time() if now is None else now)
         await self._store(rt, releases)
 
     async def handle_command(self, stream: str, data: bytes) -> None:
@@ -266,12 +269,14 @@ class Daemon:
         await t.subscribe(status_topic)
         for rt in self.runtimes.values():
             await t.subscribe(rt.command_topic())
-            if rt.cfg.source == "mqtt":
+            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 await t.subscribe(rt.raw_topic())
+        for topic_filter in self.ingest.filters():
+            await t.subscribe(topic_filter)
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
             routes[rt.command_topic()] = (rt.name, True)
-            if rt.cfg.source == "mqtt":
+            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 routes[rt.raw_topic()] = (rt.name, False)
         status = asyncio.create_task(self._go_online(t))
         try:
@@ -281,6 +286,7 @@ class Daemon:
                     continue
                 route = routes.get(msg.topic)
                 if route is None:
+                    await self._ingest_message(msg)
                     continue
                 name, is_command = route
                 if is_command:
@@ -289,6 +295,16 @@ class Daemon:
                     await self.handle_frame(name, msg.payload)
         finally:
             await _stop_tasks([status], TASK_STOP_TIMEOUT)
+
+    async def _ingest_message(self, msg: Message) -> None:
+        """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
+        button press) of a stream stated periodic."""
+        for name, kind, data in self.ingest.route(msg.topic, msg.payload, retain=msg.retain, now=time.time()):
+            if kind == "command":
+                assert isinstance(data, bytes)
+                await self.handle_command(name, data)
+            else:
+                await self.handle_frame(name, data)
 
     def _check_status(self, msg: Message) -> None:
         """Raise :class:`InUse` if ``msg`` (on our status topic) is another streamguard's status
@@ -333,6 +349,9 @@ class Daemon:
     async def _privacy_payload(self, rt: StreamRuntime) -> bytes:
         """The stream's privacy status plus the device's delivery counters (shared outbox)."""
         status = rt.privacy_status()
+        ingest = self.ingest.status(rt.name)
+        if ingest is not None:
+            status["ingest"] = ingest
         if rt.aggregates is not None:
             status["aggregates"] = rt.aggregates.status()
         assert self._box is not None and self._publisher is not None and self._ledger is not None
@@ -394,6 +413,7 @@ class Daemon:
                 try:
                     await self._run(box, stop)
                 finally:
+                    self.ingest.close()
                     ledger, self._ledger = self._ledger, None
                     await box.run(lambda _b: ledger.close())
 
@@ -407,6 +427,7 @@ class Daemon:
         workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
                    asyncio.create_task(self._ticker(), name="ticker")]
         workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
+        workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self.handle_frame)]
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
         failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
