@@ -157,6 +157,8 @@ class IngestHub:
         self.streams = {c.name: IngestStream(c) for c in settings.streams if c.ingest is not None}
         self.clock = clock
         self.sleep: Sleep = sleep
+        #: Messages routed so far (a test's fence: everything published before was seen).
+        self.routed = 0
 
     def filters(self) -> list[str]:
         """Every topic filter to subscribe to, each once."""
@@ -164,6 +166,7 @@ class IngestHub:
 
     def route(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, str, StepInput]]:
         """(stream, "frame"|"command", input) for everything one message makes at once."""
+        self.routed += 1
         return [(name, kind, data) for name, s in self.streams.items()
                 for kind, data in s.on_message(topic, payload, retain=retain, now=now)]
 

@@ -97,16 +97,18 @@ class Daemon:
     """Runs the configured streams until ``stop`` is set (see module docstring).
 
     ``extra_sources`` are async iterables of (stream name, raw frame) — the demo's simulated
-    devices, or stdin — fed through the same path as MQTT frames.
+    devices, or stdin — fed through the same path as MQTT frames. ``ingest``: the mapped sensors
+    and their resampler clock (default: from ``settings``, on the wall clock).
     """
 
-    def __init__(self, settings: Settings, *, extra_sources: list[FrameSource] | None = None) -> None:
+    def __init__(self, settings: Settings, *, extra_sources: list[FrameSource] | None = None,
+                 ingest: IngestHub | None = None) -> None:
         self.settings = settings
         self.extra_sources = list(extra_sources or [])
         self.stats = DaemonStats()
         self.runtimes: dict[str, StreamRuntime] = {}
         #: Streams read from sensors of the MQTT ecosystem, and their resampler grids (issue 10).
-        self.ingest = IngestHub(settings)
+        self.ingest = IngestHub(settings) if ingest is None else ingest
         self._box: AsyncOutbox | None = None
         self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
@@ -299,12 +301,13 @@ class Daemon:
     async def _ingest_message(self, msg: Message) -> None:
         """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
         button press) of a stream stated periodic."""
-        for name, kind, data in self.ingest.route(msg.topic, msg.payload, retain=msg.retain, now=time.time()):
+        now = self.ingest.clock()  # the resampler's clock: receive times and ticks on one time line
+        for name, kind, data in self.ingest.route(msg.topic, msg.payload, retain=msg.retain, now=now):
             if kind == "command":
                 assert isinstance(data, bytes)
                 await self.handle_command(name, data)
             else:
-                await self.handle_frame(name, data)
+                await self.handle_frame(name, data, now)
 
     def _check_status(self, msg: Message) -> None:
         """Raise :class:`InUse` if ``msg`` (on our status topic) is another streamguard's status
