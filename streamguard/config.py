@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from .chain import MarkovChain, ModelError
+from .ingest.spec import IngestConfig, RecordConfig
 from .loopback import is_loopback
 from .stream.records import SensitiveField, StateMap
 
@@ -268,13 +269,28 @@ class StreamConfig(_Strict):
     #: A frame whose time is uncertain (rejected: its own ``ts`` or, unreadable, the daemon's clock)
     #: is private when it lies within this many seconds of a schedule window (fail closed).
     schedule_guard: float = Field(60.0, ge=0, le=3600)
-    #: The sensor's sample period (seconds). With it a step is a slot of this grid: frames in a slot
-    #: already seen are redeliveries, and slots with no frame are missing readings (redacted steps).
-    #: Without it every distinct timestamp is a step.
+    #: The period of the stream's steps (seconds). With it a step is a slot of this grid: frames in a
+    #: slot already seen are redeliveries, and slots with no frame are missing readings (redacted
+    #: steps). Without it every distinct timestamp is a step. For streamguard's own frames and a
+    #: ``periodic`` mapped source it is the sensor's period; for an on-change mapped source
+    #: (``[streams.ingest]``) it is the grid of the daemon's resampler, which makes exactly one
+    #: step per slot (streamguard/ingest/resampler.py).
     sample_period: float | None = Field(None, gt=0, le=86_400, allow_inf_nan=False)
     sim_rate: float = Field(10.0, gt=0, le=100_000)  # frames/s of a ``source = "sim"`` stream
     #: How the stream appears in Home Assistant (only with ``[homeassistant] enabled``).
     homeassistant: StreamHomeAssistant = StreamHomeAssistant()
+    #: Read a sensor of the MQTT ecosystem (zigbee2mqtt, Tasmota, …) instead of streamguard's own
+    #: frames (streamguard/ingest). Such a source reports on change, so ``sample_period`` is then the
+    #: grid of the daemon's resampler — one step per tick, stamped with the tick — unless
+    #: ``periodic`` states that its messages already come at value-independent times.
+    ingest: IngestConfig | None = None
+    #: The operator's statement that the mapped source publishes periodically (not checked; it is
+    #: shown in the privacy status): each message is a step, no resampler.
+    periodic: bool = False
+    #: Resampler: a held reading older than this many seconds makes the step unknown (redacted).
+    stale_after: float | None = Field(None, gt=0, le=31 * 86_400, allow_inf_nan=False)
+    #: Record the steps the privatizer sees (for calibration; ingest streams).
+    record: RecordConfig | None = None
 
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:
@@ -306,6 +322,7 @@ class StreamConfig(_Strict):
                 raise ValueError("aggregates: state must be one of the stream's labels")
             if a.query == "mean" and a.values is not None and len(a.values) != smap.k:
                 raise ValueError(f"aggregates: values needs one number per state ({smap.k})")
+        self._check_ingest(smap)
         budget = self.aggregate_budget
         if budget is not None and self.aggregates and budget < max(a.epsilon for a in self.aggregates):
             raise ValueError("aggregate_budget is below the ε of one aggregate window: every release would be refused")
@@ -322,6 +339,46 @@ class StreamConfig(_Strict):
         if ha.on is not None and ha.on not in (self.labels or []):
             raise ValueError("homeassistant.on must be one of the stream's labels")
         return self
+
+    def _check_ingest(self, smap: StateMap) -> None:
+        """An ingest stream: where it reads, its value map, and its timing (issue 10)."""
+        ing = self.ingest
+        if ing is None:
+            for key in ("periodic", "stale_after", "record"):
+                if getattr(self, key):
+                    raise ValueError(f"{key} goes with [streams.ingest] (a mapped sensor)")
+            return
+        from .ingest.presets import PresetError, resolve, resolve_button
+
+        if self.source != "mqtt" or self.raw_topic is not None:
+            raise ValueError('ingest: a mapped sensor is read from the broker (source = "mqtt", no raw_topic)')
+        if self.channel is not None and self.channel.sensitive_field is not None:
+            raise ValueError("ingest: a mapped sensor carries no sensitive attribute (channel.sensitive_field)")
+        try:
+            mapping = resolve(ing)
+            if ing.button is not None:
+                resolve_button(ing.button)
+        except PresetError as exc:
+            raise ValueError(f"ingest: {exc}") from None
+        if ing.values is not None:
+            if smap.labels is None:
+                raise ValueError("ingest.values maps to labels: a stream with bins reads numbers")
+            unknown = sorted(set(ing.values.values()) - set(smap.labels))
+            if unknown:
+                raise ValueError(f"ingest.values: {unknown[0]!r} is not one of the stream's labels")
+        if self.periodic:
+            if self.stale_after is not None:
+                raise ValueError("stale_after is the resampler's: a periodic source has none")
+        elif self.sample_period is None:
+            raise ValueError(f"ingest: {mapping.preset} publishes on change, so its message times reveal the "
+                             "changes: give sample_period (the resampler's grid), or periodic = true if its "
+                             "messages already come at value-independent times")
+        if self.stale_after is not None and self.sample_period is not None and self.stale_after < self.sample_period:
+            raise ValueError("stale_after is shorter than sample_period: every step would be stale")
+
+    def resampled(self) -> bool:
+        """Is this stream's step the tick of the daemon's resampler (a mapped on-change source)?"""
+        return self.ingest is not None and not self.periodic
 
     def total_aggregate_budget(self) -> float | None:
         """The accountant budget of this stream's aggregates (see ``aggregate_budget``)."""

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ..ingest.stream import IngestHub, StepInput
 from ..ledger.events import AggregateEvent, Event
 from ..ledger.odometer import odometer
 from ..ledger.store import BudgetExceeded, Ledger
@@ -97,14 +98,18 @@ class Daemon:
     """Runs the configured streams until ``stop`` is set (see module docstring).
 
     ``extra_sources`` are async iterables of (stream name, raw frame) — the demo's simulated
-    devices, or stdin — fed through the same path as MQTT frames.
+    devices, or stdin — fed through the same path as MQTT frames. ``ingest``: the mapped sensors
+    and their resampler clock (default: from ``settings``, on the wall clock).
     """
 
-    def __init__(self, settings: Settings, *, extra_sources: list[FrameSource] | None = None) -> None:
+    def __init__(self, settings: Settings, *, extra_sources: list[FrameSource] | None = None,
+                 ingest: IngestHub | None = None) -> None:
         self.settings = settings
         self.extra_sources = list(extra_sources or [])
         self.stats = DaemonStats()
         self.runtimes: dict[str, StreamRuntime] = {}
+        #: Streams read from sensors of the MQTT ecosystem, and their resampler grids (issue 10).
+        self.ingest = IngestHub(settings) if ingest is None else ingest
         self._box: AsyncOutbox | None = None
         self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
@@ -178,12 +183,12 @@ class Daemon:
                              identifier_suffix=suffix, will=will, instance=self.instance if will else None)
 
     # -- frames -------------------------------------------------------------------------------
-    async def handle_frame(self, stream: str, data: bytes) -> None:
+    async def handle_frame(self, stream: str, data: StepInput, now: float | None = None) -> None:
         rt = self.runtimes.get(stream)
         if rt is None:
             return
         self.stats.frames += 1
-        releases, _ = rt.on_frame(data, time.time())
+        releases, _ = rt.on_frame(data, time.time() if now is None else now)
         await self._store(rt, releases)
 
     async def handle_command(self, stream: str, data: bytes) -> None:
@@ -268,15 +273,17 @@ class Daemon:
         await t.subscribe(status_topic)
         for rt in self.runtimes.values():
             await t.subscribe(rt.command_topic())
-            if rt.cfg.source == "mqtt":
+            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 await t.subscribe(rt.raw_topic())
         assert self._discovery is not None and self._box is not None
         for topic in self._discovery.subscriptions:
             await t.subscribe(topic)
+        for topic_filter in self.ingest.filters():
+            await t.subscribe(topic_filter)
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
             routes[rt.command_topic()] = (rt.name, True)
-            if rt.cfg.source == "mqtt":
+            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 routes[rt.raw_topic()] = (rt.name, False)
         status = asyncio.create_task(self._go_online(t))
         try:
@@ -289,6 +296,7 @@ class Daemon:
                     continue
                 route = routes.get(msg.topic)
                 if route is None:
+                    await self._ingest_message(msg)
                     continue
                 name, is_command = route
                 if is_command:
@@ -297,6 +305,17 @@ class Daemon:
                     await self.handle_frame(name, msg.payload)
         finally:
             await _stop_tasks([status], TASK_STOP_TIMEOUT)
+
+    async def _ingest_message(self, msg: Message) -> None:
+        """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
+        button press) of a stream stated periodic."""
+        now = self.ingest.clock()  # the resampler's clock: receive times and ticks on one time line
+        for name, kind, data in self.ingest.route(msg.topic, msg.payload, retain=msg.retain, now=now):
+            if kind == "command":
+                assert isinstance(data, bytes)
+                await self.handle_command(name, data)
+            else:
+                await self.handle_frame(name, data, now)
 
     def _check_status(self, msg: Message) -> None:
         """Raise :class:`InUse` if ``msg`` (on our status topic) is another streamguard's status
@@ -343,6 +362,9 @@ class Daemon:
     async def _privacy_payload(self, rt: StreamRuntime) -> bytes:
         """The stream's privacy status plus the device's delivery counters (shared outbox)."""
         status = rt.privacy_status()
+        ingest = self.ingest.status(rt.name)
+        if ingest is not None:
+            status["ingest"] = ingest
         if rt.aggregates is not None:
             status["aggregates"] = rt.aggregates.status()
         assert self._box is not None and self._publisher is not None and self._ledger is not None
@@ -404,6 +426,7 @@ class Daemon:
                 try:
                     await self._run(box, stop)
                 finally:
+                    self.ingest.close()
                     ledger, self._ledger = self._ledger, None
                     await box.run(lambda _b: ledger.close())
 
@@ -418,6 +441,7 @@ class Daemon:
         workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
                    asyncio.create_task(self._ticker(), name="ticker")]
         workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
+        workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self.handle_frame)]
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
         failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()

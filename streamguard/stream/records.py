@@ -37,6 +37,12 @@ REASONS = (
     "bad-private",
     "missing-sensitive",
     "outside-model",
+    # steps of a mapped sensor (streamguard/ingest) whose reading is unknown
+    "no-reading",
+    "offline",
+    "stale",
+    "unmapped",
+    "missing-field",
 )
 
 

@@ -1,0 +1,110 @@
+"""The timing test of issue 10: an on-change source whose change times depend on its values goes
+through the real daemon (wall clock, real Mosquitto); the sanitized records must carry exactly the
+grid times and be published at times that do not depend on when the raw values changed.
+
+Set-up: a zigbee2mqtt-style occupancy sensor (firmware_sim.onchange) that stays vacant 0.6 s and
+occupied 0.25 s on average (exponential dwell times: the message times reveal the values) and
+republishes its unchanged state 2×/s with a new link quality; the daemon resamples it on a 0.1 s
+grid, release delay 0 (a record is published at the next tick), for ``DURATION`` seconds.
+
+Checks:
+1. Every record's ``ts`` is exactly a grid time n·T (the value the grid computes, bit for bit), the
+   ``ts`` are consecutive ticks, and each released value is the sensor's true state at that tick
+   (ticks within 30 ms of a change, where the broker's latency decides, are skipped).
+2. Independence. For each record, its publish latency L = (arrival at a subscriber) − ts. Under
+   the resampler L depends on the grid and the system's noise only. Two-sample Kolmogorov–Smirnov
+   tests of L between (a) records whose grid interval (ts − T, ts] held a raw change and those
+   whose did not, and (b) records whose released value was occupied and vacant. Each test is run at
+   level 0.0005, so under independence (latencies i.i.d. over the run) the false-failure rate of
+   the pair is at most 0.001 (Bonferroni). A pass-through pipeline would publish each change at
+   its own time: group (a)'s latencies would then be spread over the interval instead of sitting
+   at one grid period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from scipy.stats import ks_2samp
+
+from brokers import Broker, mosquitto  # noqa: F401  (fixture)
+from daemon_harness import Spy, daemon_running, running
+from firmware_sim.onchange import OnChangeSensor, publish_onchange
+from ingest_harness import ingest_settings
+from streamguard.ingest.grid import tick_index
+from streamguard.stream.transport import Message
+
+pytestmark = pytest.mark.timeout(120)
+
+PERIOD = 0.1
+DURATION = 15.0
+ALPHA = 0.0005  # per test; two tests: false-failure rate ≤ 0.001
+MARGIN = 0.03
+
+
+class TimedSpy(Spy):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.arrivals: list[tuple[float, Message]] = []
+
+    def _received(self, m: Message) -> None:
+        super()._received(m)
+        self.arrivals.append((time.time(), m))
+
+
+async def test_publish_times_independent_of_change_times(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    sensor = OnChangeSensor("zigbee2mqtt", "hall", dwell=(0.6, 0.25), republish=2.0, seed=11)
+    settings = ingest_settings(
+        mosquitto.broker_config(), tmp_path,
+        {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
+         "values": {"true": "occupied", "false": "vacant"}},
+        labels=["vacant", "occupied"], sample_period=PERIOD)
+    spy = TimedSpy(settings.broker, "sg/ingest-test/s/data")
+    async with running(spy.run()):
+        await asyncio.wait_for(spy.subscribed.wait(), 10)
+        async with daemon_running(settings) as (daemon, _stop, _task):
+            await asyncio.sleep(1.5)  # the daemon subscribed (CLAIM_WAIT) before the sensor starts
+            sent = await publish_onchange(sensor, settings.broker.host, settings.broker.port, DURATION)
+            await asyncio.sleep(3 * PERIOD)
+            status = daemon.ingest.status("s")
+    records = [(at, json.loads(m.payload)) for at, m in spy.arrivals]
+    assert len(records) > 0.8 * DURATION / PERIOD
+    assert status is not None and status["missed_ticks"] <= 2
+    changes = [at for at, m in sent if m.change and m.state is not None][1:]  # (the first is the initial state)
+    assert len(changes) > 20
+    truth = [(at, m.state) for at, m in sent if m.state is not None]
+
+    # 1. exactly the grid; consecutive; true values
+    ticks = [tick_index(r["ts"], PERIOD) for _, r in records]
+    assert [r["ts"] for _, r in records] == [n * PERIOD for n in ticks]
+    assert all(b - a >= 1 for a, b in zip(ticks, ticks[1:]))
+    compared = 0
+    for _, r in records:
+        g = r["ts"]
+        if r["redacted"] or any(g - MARGIN < c < g + MARGIN for c in changes):
+            continue
+        state = [s for at, s in truth if at <= g][-1]
+        assert r["value"] == ("occupied" if state else "vacant")
+        compared += 1
+    assert compared > 0.5 * len(records)
+
+    # 2. publish latency independent of the change times and of the values
+    latency = [at - r["ts"] for at, r in records]
+    changed = [any(r["ts"] - PERIOD < c <= r["ts"] for c in changes) for _, r in records]
+    a = [x for x, c in zip(latency, changed) if c]
+    b = [x for x, c in zip(latency, changed) if not c]
+    assert len(a) >= 15 and len(b) >= 15
+    occupied = [x for x, (_, r) in zip(latency, records) if r["value"] == "occupied"]
+    vacant = [x for x, (_, r) in zip(latency, records) if r["value"] == "vacant"]
+    assert len(occupied) >= 15 and len(vacant) >= 15
+    for name, x, y in (("change in interval", a, b), ("released value", occupied, vacant)):
+        p = ks_2samp(x, y).pvalue
+        print(f"{name}: n = {len(x)}/{len(y)}, KS p = {p:.3f}")
+        assert p > ALPHA, f"publish latency depends on {name}: KS p = {p:.2g}"
+    # every record leaves after its tick, at the next one (delay 0), not at a change time
+    assert all(PERIOD * 0.5 < x < PERIOD + 0.5 for x in latency), (min(latency), max(latency))
