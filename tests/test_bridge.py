@@ -15,9 +15,9 @@ they do. Then:
 - on the device, the ACL keeps raw frames, sensor topics and commands from Home Assistant's
   user, which still gets the sanitized records and the discovery configs.
 
-The source is the daemon's raw frame format on ``streamguard/<device>/<stream>/raw``; the
-zigbee2mqtt gateway publishes on ``zigbee2mqtt/hall`` (a sensor topic the bridge and the ACL
-must keep local). Every wait is bounded.
+Two streams: ``hall`` reads a zigbee2mqtt occupancy sensor (``zigbee2mqtt/hall``, on change,
+through the zigbee2mqtt preset and the resampler on a 0.1 s grid), ``door`` streamguard's own raw
+frames from a firmware on ``streamguard/<device>/door/raw``. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -32,24 +32,46 @@ from daemon_harness import Spy, check_outputs, daemon_running, daemon_toml, publ
 
 from streamguard.config import load_settings
 
-BASE, DEVICE, STREAM = "streamguard", "bridgetest", "hall"
+BASE, DEVICE = "streamguard", "bridgetest"
 LABELS = ("vacant", "occupied")
-N = 60
-DATA = f"{BASE}/{DEVICE}/{STREAM}/data"
-RAW = f"{BASE}/{DEVICE}/{STREAM}/raw"
-CMD = f"{BASE}/{DEVICE}/{STREAM}/cmd"
+DOOR_LABELS = ("closed", "open")
+STREAMS = {"hall": LABELS, "door": DOOR_LABELS}
+DOOR_RAW = f"{BASE}/{DEVICE}/door/raw"
+HALL_CMD = f"{BASE}/{DEVICE}/hall/cmd"
 STATUS = f"{BASE}/{DEVICE}/status"
 SENSOR = "zigbee2mqtt/hall"
+#: The zigbee2mqtt stream (resampled on a 0.1 s grid) and the Home Assistant discovery, after the
+#: door stream that daemon_toml writes.
+EXTRA = """[homeassistant]
+enabled = true
+[[streams]]
+name = "hall"
+labels = ["vacant", "occupied"]
+epsilon = 1.0
+design = "exact"
+sample_period = 0.1
+[streams.model]
+alpha = 0.1
+beta = 0.2
+[streams.ingest]
+preset = "zigbee2mqtt"
+device = "hall"
+field = "occupancy"
+values = { true = "occupied", false = "vacant" }
+[streams.homeassistant]
+device_class = "occupancy"
+"""
 
 
-def raw_frames(t0: float) -> list[tuple[str, bytes]]:
-    return [(RAW, json.dumps({"value": LABELS[(i // 4) % 2], "ts": t0 + i, "private": i == 20}).encode())
-            for i in range(N)]
+def door_frames(t0: float) -> list[tuple[str, bytes]]:
+    return [(DOOR_RAW, json.dumps({"value": DOOR_LABELS[(i // 4) % 2], "ts": t0 + i, "private": i == 20}).encode())
+            for i in range(40)]
 
 
-def sensor_messages() -> list[tuple[str, bytes]]:
-    return [(SENSOR, json.dumps({"occupancy": i % 2 == 0, "battery": 97, "linkquality": 120 + i}).encode())
-            for i in range(10)]
+def zigbee_messages() -> list[tuple[str, bytes]]:
+    """On-change state with republishes (battery, link quality), in zigbee2mqtt's shape."""
+    return [(SENSOR, json.dumps({"occupancy": (i // 3) % 2 == 0, "battery": 97 - i // 10, "linkquality": 120 + i,
+                                 "voltage": 2900}).encode()) for i in range(24)]
 
 
 async def test_only_sanitized_topics_cross_the_bridge(tmp_path: Path,
@@ -58,44 +80,50 @@ async def test_only_sanitized_topics_cross_the_bridge(tmp_path: Path,
     central = Spy(brokers.central.broker_config(), "#", name="central")
     local_ha = Spy(brokers.login("homeassistant"), "#", name="homeassistant")
     conf = daemon_toml(tmp_path / "d.toml", tmp_path / "outbox.sqlite", brokers.device.port, base=BASE,
-                       device=DEVICE, stream=STREAM, labels=LABELS,
-                       extra="[homeassistant]\nenabled = true\n")
+                       device=DEVICE, stream="door", labels=DOOR_LABELS, extra=EXTRA)
     settings = load_settings(conf, broker=brokers.login("streamguard"))
-    frames = raw_frames(time.time() - N)
-    sensor = sensor_messages()
-    command = [(CMD, b'{"private": "now"}')]
+    frames = door_frames(time.time() - 40)
+    zigbee = [(f"{SENSOR}/availability", b'{"state":"online"}')] + zigbee_messages()
+    command = [(HALL_CMD, b'{"private": "now"}')]
     async with running(central.run(), local_ha.run()):
         await asyncio.wait_for(asyncio.gather(central.subscribed.wait(), local_ha.subscribed.wait()), 10)
-        async with daemon_running(settings):
+        async with daemon_running(settings) as (daemon, _, _):
             # the daemon's retained "online" crossing the bridge: the daemon and the bridge are up
             await central.wait_until(lambda: "online" in central.states(STATUS), 30, "online at the central broker")
-            await publish_all(brokers.login("zigbee2mqtt"), sensor, identifier="z2m")
-            await publish_all(brokers.login("sensor"), frames[:30], identifier="firmware")
+            await asyncio.gather(
+                publish_all(brokers.login("zigbee2mqtt"), zigbee, identifier="z2m", pause_every=1, pause=0.1),
+                publish_all(brokers.login("sensor"), frames, identifier="firmware", pause_every=1, pause=0.05))
             await publish_all(brokers.login("button"), command, identifier="button")
-            await publish_all(brokers.login("sensor"), frames[30:], identifier="firmware")
-            await publish_all(brokers.login("homeassistant"), [("homeassistant/status", b"online")],
-                              identifier="ha")
+            await publish_all(brokers.login("homeassistant"), [("homeassistant/status", b"online")], identifier="ha")
+            await asyncio.sleep(0.5)
+        decided = {name: rt.privacy_status()["next_seq"] for name, rt in daemon.runtimes.items()}
+        data = {name: f"{BASE}/{DEVICE}/{name}/data" for name in STREAMS}
         # stopped: every decided record was published (drain); wait for all of them centrally
-        await central.wait_until(lambda: central.seqs(DATA) >= set(range(N)) and "offline" in central.states(STATUS),
-                                 30, "every record at the central broker")
-        await local_ha.wait_until(lambda: local_ha.seqs(DATA) >= set(range(N)), 10, "every record on the device")
+        await central.wait_until(lambda: all(central.seqs(data[n]) >= set(range(decided[n])) for n in STREAMS)
+                                 and "offline" in central.states(STATUS), 30, "every record at the central broker")
+        await local_ha.wait_until(lambda: all(local_ha.seqs(data[n]) >= set(range(decided[n])) for n in STREAMS),
+                                  10, "every record on the device")
 
-    # every sanitized record crossed, byte for byte
-    device_records = dict(local_ha.records(DATA))
-    central_records = dict(central.records(DATA))
-    assert central_records.keys() == device_records.keys() == set(range(N))
-    assert central_records == device_records
-    assert any(json.loads(p)["redacted"] for p in central_records.values())  # the mark's window
+    assert decided["door"] == 40 and decided["hall"] >= 20, decided  # ≥ 2 s of 0.1 s ticks
+    hall = [json.loads(p) for _, p in central.records(data["hall"])]
+    assert {r["value"] for r in hall} == {None, "vacant", "occupied"}  # changes, and the mark's window
+    for name in STREAMS:
+        # every sanitized record crossed, byte for byte
+        device_records = dict(local_ha.records(data[name]))
+        central_records = dict(central.records(data[name]))
+        assert central_records.keys() == device_records.keys() == set(range(decided[name]))
+        assert central_records == device_records
 
     # nothing but sanitized outputs of this device at the central broker
-    kinds = check_outputs(central.messages, base=BASE, device=DEVICE, labels={STREAM: LABELS}, inputs=())
+    kinds = check_outputs(central.messages, base=BASE, device=DEVICE, labels=STREAMS, inputs=())
     assert set(kinds) == {"data", "status", "privacy"}, kinds
-    sent = {p for _, p in frames + sensor + command}
+    sent = {p for _, p in frames + zigbee + command}
     assert not sent & {m.payload for m in central.messages}
+    assert not [m for m in central.messages if b"linkquality" in m.payload or b"battery" in m.payload]
     assert not [m.topic for m in central.messages if not m.topic.startswith(f"{BASE}/{DEVICE}/")]
 
     # on the device: Home Assistant's user reads sanitized topics and discovery, never raw ones
     topics = {m.topic for m in local_ha.messages}
-    assert not [t for t in topics if t in (RAW, CMD) or t.startswith("zigbee2mqtt/")], topics
-    assert DATA in topics and f"homeassistant/binary_sensor/streamguard_{DEVICE}/{STREAM}/config" in topics
+    assert not [t for t in topics if t in (DOOR_RAW, HALL_CMD) or t.startswith("zigbee2mqtt/")], topics
+    assert f"homeassistant/binary_sensor/streamguard_{DEVICE}/hall/config" in topics
     assert not sent & {m.payload for m in local_ha.messages if m.topic != "homeassistant/status"}
