@@ -121,6 +121,8 @@ async def test_only_sanitized_topics_cross_the_bridge(tmp_path: Path,
     assert not sent & {m.payload for m in central.messages}
     assert not [m for m in central.messages if b"linkquality" in m.payload or b"battery" in m.payload]
     assert not [m.topic for m in central.messages if not m.topic.startswith(f"{BASE}/{DEVICE}/")]
+    # within the device broker's max_packet_size (65536 bytes with the topic and header)
+    assert max(len(m.payload) for m in central.messages) < 60_000
 
     # on the device: Home Assistant's user reads sanitized topics and discovery, never raw ones
     topics = {m.topic for m in local_ha.messages}
