@@ -249,16 +249,16 @@ def test_button_marks_the_next_tick_and_ignores_retained(tmp_path: Path) -> None
 
 
 def test_recorder_writes_the_steps_privately(tmp_path: Path) -> None:
-    NOW = float(int(time.time()))  # the calibration reader refuses times in the future  # noqa: N806
+    t0 = float(int(time.time()))  # the calibration reader refuses times in the future
     steps = tmp_path / "steps.jsonl"
     s = IngestStream(_settings(tmp_path, sample_period=1.0, record={"steps_file": steps, "max_steps": 3}).streams[0])
-    s.tick(NOW)
-    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=False, now=NOW + 0.5)
+    s.tick(t0)
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=False, now=t0 + 0.5)
     for i in range(1, 4):
-        s.tick(NOW + i)
+        s.tick(t0 + i)
     s.close()
     lines = [json.loads(x) for x in steps.read_text().splitlines()]
-    assert lines == [{"value": None, "ts": NOW}, {"value": "occupied", "ts": NOW + 1}, {"value": "occupied", "ts": NOW + 2}]
+    assert lines == [{"value": None, "ts": t0}, {"value": "occupied", "ts": t0 + 1}, {"value": "occupied", "ts": t0 + 2}]
     assert stat.S_IMODE(os.stat(steps).st_mode) == 0o600
     # the calibration reader takes this format as it is: the null step breaks the chain
     from streamguard.calibration import transition_counts
