@@ -12,7 +12,9 @@ by reason and published as nothing, and no sensor payload appears on a sanitized
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,3 +184,53 @@ async def test_preset_on_mosquitto(case: Case, mosquitto: Broker, tmp_path: Path
         assert status is not None and status["unknown_steps"] == unknown and status["missed_ticks"] == 0
         for m in r.spy.messages:  # nothing of the sensor's payloads on a sanitized topic
             assert m.topic.startswith("sg/") and case.secret.encode() not in m.payload
+
+
+async def test_privacy_button_marks_the_current_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """A zigbee2mqtt button's ``action`` marks the step of the next tick (the reading of the moment
+    of the press); a retained press left on the broker marks nothing."""
+    ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
+              "values": {"true": "occupied", "false": "vacant"},
+              "button": {"preset": "zigbee2mqtt", "device": "privacy_button", "field": "action", "press": ["single"]}}
+    settings = ingest_settings(mosquitto.broker_config(), tmp_path, ingest, labels=["vacant", "occupied"],
+                               sample_period=1.0)
+    await retain(settings.broker, [("zigbee2mqtt/hall", '{"occupancy":true,"linkquality":9}'),
+                                   ("zigbee2mqtt/privacy_button", '{"action":"single","linkquality":40}')])
+    async with rig(settings, retained=2) as r:
+        for _ in range(3):
+            await r.tick()
+        assert r.runtime.core.status()["open_marks"] == [] and not r.runtime.core.finished
+        await r.send("zigbee2mqtt/privacy_button", '{"action":"single","battery":80,"linkquality":41}')
+        await r.tick()  # step 3: marked
+        for _ in range(3):
+            await r.tick()
+        marks = r.runtime.core.status()["open_marks"] + list(r.runtime.core.status()["finished_marks"])
+        assert [(m["seq"], m["source"]) for m in marks] == [(3, "flag")]
+        assert r.hub.status("s")["button_presses"] == 1  # type: ignore[index]
+        records = await r.wait_records(6)
+        assert records[3]["ts"] == r.ticks[3] and records[3]["redacted"]  # the private step itself
+
+
+async def test_periodic_source_steps_per_message(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    """A Tasmota SENSOR stream stated periodic (``TelePeriod``): each message is a step at its
+    ``Time``; the retained message at start-up is a previous step and makes none; the privacy
+    status says the timing is the operator's statement."""
+    settings = ingest_settings(mosquitto.broker_config(), tmp_path,
+                               {"preset": "tasmota", "device": "th", "field": "DS18B20.Temperature"},
+                               bins=[-40.0, 18.0, 60.0], periodic=True, sample_period=10.0)
+    base = float(int(time.time())) // 10 * 10 - 600
+    stamp = lambda t: dt.datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")  # noqa: E731  (local, no zone)
+    sensor = lambda t, v: json.dumps({"Time": stamp(t), "DS18B20": {"Id": "01144A0CB2AA", "Temperature": v},  # noqa: E731
+                                      "TempUnit": "C"})
+    await retain(settings.broker, [("tele/th/SENSOR", sensor(base - 10, 25.0))])
+    async with rig(settings, retained=1) as r:
+        for i, v in enumerate((17.5, 21.0, 21.0, 12.0)):
+            await r.send("tele/th/SENSOR", sensor(base + 10 * i, v))
+        await r.send("tele/th/SENSOR", sensor(base + 10, 30.0))  # a late copy of a slot: no step
+        await r.send("tele/th/SENSOR", sensor(base + 50, 30.0))  # slot 4 is missing: a missing step
+        records = await r.wait_records(4)  # (delay 0: the newest step waits for the next one)
+        assert [(rec["ts"], rec["value"]) for rec in records] == [
+            (base, -40.0), (base + 10, 18.0), (base + 20, 18.0), (base + 30, -40.0)]
+        assert r.runtime.core.next_phys == 6  # 5 readings + the missing slot at base + 40
+        assert r.hub.status("s")["retained_skipped"] == 1  # type: ignore[index]
+        assert "stated periodic" in r.hub.status("s")["timing"]  # type: ignore[index]
