@@ -229,10 +229,12 @@ class DeviceAndCentral:
 
 
 @pytest.fixture
-def device_and_central(tmp_path: Path) -> Iterator[DeviceAndCentral]:
+def device_and_central(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DeviceAndCentral]:
     """Two Mosquitto instances on loopback: a central one, and the device's running
     deploy/mosquitto/streamguard-device.conf (its ACL verbatim) with the test's port, paths, users
-    and the central broker as the bridge's address (plain TCP on loopback, no remote login)."""
+    and the central broker as the bridge's address (plain TCP on loopback, no remote login).
+    Parametrized indirectly with a tuple of lines, it also enables those lines that the shipped
+    file has commented out (its options)."""
     _require("mosquitto_passwd")
     pwfile = tmp_path / "device" / "passwd"
     pwfile.parent.mkdir(parents=True)
@@ -252,8 +254,12 @@ def device_and_central(tmp_path: Path) -> Iterator[DeviceAndCentral]:
             "address": f"{HOST}:{central.port}",
             "remote_username": None, "remote_password": None,
             "bridge_cafile": None, "bridge_insecure": None,
-            "restart_timeout": "1 2",  # reconnect fast after the test stops the central broker
+            "restart_timeout": "1 2",
         })
+        for line in getattr(request, "param", ()):
+            if f"\n#{line}\n" not in text:
+                raise KeyError(f"the shipped configuration has no commented line {line!r}")
+            text = text.replace(f"\n#{line}\n", f"\n{line}\n")
         device = Broker(tmp_path / "device", [], conf_text=text, username="streamguard",
                         password=DEVICE_USERS["streamguard"])
         device.start(new_port=True)

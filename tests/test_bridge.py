@@ -13,7 +13,9 @@ they do. Then:
   status or privacy report of this device; no raw, command, sensor or discovery topic and no
   payload that any producer sent (a subscriber to ``#`` on the central broker sees all of it);
 - on the device, the ACL keeps raw frames, sensor topics and commands from Home Assistant's
-  user, which still gets the sanitized records and the discovery configs.
+  user, which still gets the sanitized records and the discovery configs;
+- with the shipped option for a Home Assistant at the central site, the discovery configs go out
+  and its birth message comes in (the daemon re-announces), and still nothing raw goes out.
 
 Two streams: ``hall`` reads a zigbee2mqtt occupancy sensor (``zigbee2mqtt/hall``, on change,
 through the zigbee2mqtt preset and the resampler on a 0.1 s grid), ``door`` streamguard's own raw
@@ -26,6 +28,8 @@ import asyncio
 import json
 import time
 from pathlib import Path
+
+import pytest
 
 from brokers import DeviceAndCentral, device_and_central  # noqa: F401
 from daemon_harness import Spy, check_outputs, daemon_running, daemon_toml, publish_all, running
@@ -133,3 +137,36 @@ async def test_only_sanitized_topics_cross_the_bridge(tmp_path: Path,
     assert not [t for t in topics if t in (DOOR_RAW, HALL_CMD) or t.startswith("zigbee2mqtt/")], topics
     assert f"homeassistant/binary_sensor/streamguard_{DEVICE}/hall/config" in topics
     assert not sent & {m.payload for m in local_ha.messages if m.topic != "homeassistant/status"}
+
+
+#: The shipped configuration's option for a Home Assistant at the central site (for device-1).
+CENTRAL_HA = ("topic homeassistant/+/streamguard_device-1/+/config out 1", "topic homeassistant/status in 1")
+
+
+@pytest.mark.parametrize("device_and_central", [CENTRAL_HA], indirect=True)
+async def test_central_home_assistant_option(tmp_path: Path,
+                                             device_and_central: DeviceAndCentral) -> None:  # noqa: F811
+    brokers, device = device_and_central, "device-1"
+    central = Spy(brokers.central.broker_config(), "#", name="central")
+    conf = daemon_toml(tmp_path / "d.toml", tmp_path / "outbox.sqlite", brokers.device.port, base=BASE,
+                       device=device, stream="door", labels=DOOR_LABELS,
+                       extra="[homeassistant]\nenabled = true\n[streams.homeassistant]\ndevice_class = \"door\"\n")
+    settings = load_settings(conf, broker=brokers.login("streamguard"))
+    config_topic = f"homeassistant/binary_sensor/streamguard_{device}/door/config"
+    frames = [(f"{BASE}/{device}/door/raw", json.dumps({"value": "open", "ts": time.time() - 5 + i}).encode())
+              for i in range(5)]
+    async with running(central.run()):
+        await asyncio.wait_for(central.subscribed.wait(), 10)
+        async with daemon_running(settings):
+            await central.wait_until(lambda: bool(central.on(config_topic)), 30, "the discovery config centrally")
+            await publish_all(brokers.login("sensor"), frames, identifier="firmware")
+            # Home Assistant at the central site restarts: its birth message crosses the bridge inward
+            await central.transport.publish("homeassistant/status", b"online")
+            await central.wait_until(lambda: len(central.on(config_topic)) >= 2, 10, "the re-announcement")
+    config = json.loads(central.on(config_topic)[-1].payload)
+    assert config["device_class"] == "door" and config["state_topic"] == f"{BASE}/{device}/door/data"
+    sent = {p for _, p in frames}
+    assert not sent & {m.payload for m in central.messages}
+    outputs = [m for m in central.messages if not m.topic.startswith("homeassistant/")]
+    assert set(check_outputs(outputs, base=BASE, device=device, labels={"door": DOOR_LABELS}, inputs=())) <= \
+        {"data", "status", "privacy"}
