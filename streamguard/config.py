@@ -227,6 +227,17 @@ HASS_BINARY_DEVICE_CLASSES = (
     "presence", "problem", "running", "safety", "smoke", "sound", "tamper", "update", "vibration", "window")
 
 
+def hass_options_problem(options: list[str]) -> str | None:
+    """Why these enum options (how a stream's values render in Home Assistant) cannot be told
+    apart there, or None: an option that renders as ``None`` (Home Assistant's *unknown*), is
+    empty, has surrounding blanks (Home Assistant strips template output), or repeats another."""
+    if any(o in ("", "None") or o != o.strip() for o in options):
+        return "a value that is empty, 'None' or has surrounding blanks"
+    if len(set(options)) != len(options):
+        return "two values that render alike"
+    return None
+
+
 class StreamHomeAssistant(_Strict):
     """How a stream appears in Home Assistant when ``[homeassistant] enabled`` (stream/hass.py):
     its entity ``name`` (default: the stream's name), the binary_sensor ``device_class`` of a
@@ -447,6 +458,21 @@ class Settings(BaseSettings):
         if sum(s.source == "stdin" for s in v) > 1:
             raise ValueError("at most one stream can read standard input")
         return v
+
+    @model_validator(mode="after")
+    def _homeassistant_options(self) -> Settings:
+        """With discovery on, a stream of more than two states is an enum sensor whose options are
+        its labels (or bin edges): they must be distinct in Home Assistant (stream/hass.py checks
+        a channel's merged outputs at start-up)."""
+        if self.homeassistant.enabled:
+            for s in self.streams:
+                smap = s.state_map()
+                if smap.k > 2:
+                    problem = hass_options_problem([str(smap.label_of(i)) for i in range(smap.k)])
+                    if problem is not None:
+                        raise ValueError(f"streams.{s.name}: Home Assistant cannot show {problem} "
+                                         "as an enum option; rename the labels or disable [homeassistant]")
+        return self
 
     @model_validator(mode="after")
     def _raw_stays_local(self) -> Settings:

@@ -15,7 +15,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +28,7 @@ from daemon_harness import Spy, daemon_running, daemon_toml, running
 
 from streamguard.config import ConfigError, Settings, load_settings
 from streamguard.sampling import bit_source
-from streamguard.stream.hass import PAYLOAD_NONE, Discovery, display, entity, published_values
-from streamguard.stream.outbox import Outbox
+from streamguard.stream.hass import Discovery, display, entity, published_values
 from streamguard.stream.runtimes import make_runtime
 
 jinja2 = pytest.importorskip("jinja2")
@@ -86,6 +88,8 @@ prior = [0.3, 0.4, 0.3]
 
 
 # -- what Home Assistant does with a message (its MQTT entity code, reduced to the state) ----------
+#: homeassistant/components/mqtt/const.py: a state that renders to this string means *unknown*.
+PAYLOAD_NONE = "None"
 _ENV = ImmutableSandboxedEnvironment()
 
 
@@ -215,8 +219,11 @@ def test_binned_enum_values_render_as_their_options(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("labels", [["None", "a", "b"], ["a", " b", "c"], ["a", "", "c"]])
 def test_enum_values_that_home_assistant_cannot_show_are_refused(tmp_path: Path, labels: list[str]) -> None:
-    s = settings_for(tmp_path, ENUM.replace('["rest", "walk", "run"]', json.dumps(labels)))
-    with pytest.raises(ConfigError, match="homeassistant"):
+    streams = ENUM.replace('["rest", "walk", "run"]', json.dumps(labels))
+    with pytest.raises(ConfigError, match="Home Assistant cannot show"):  # at config check
+        settings_for(tmp_path, streams)
+    s = settings_for(tmp_path, streams, enabled=False)  # and at start, on every value it can publish
+    with pytest.raises(ConfigError, match="Home Assistant cannot show"):
         entity(s, runtime_for(s))
 
 
@@ -249,6 +256,18 @@ HALL = f"homeassistant/binary_sensor/streamguard_{DEVICE}/hall/config"
 ACTIVITY = f"homeassistant/sensor/streamguard_{DEVICE}/activity/config"
 
 
+async def remembered(outbox: Path, want: set[str]) -> set[str]:
+    """The config topics the daemon's outbox remembers, once they are ``want`` (a running daemon
+    forgets a removed one right after the broker acknowledged the removal); at most 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        with contextlib.closing(sqlite3.connect(f"file:{outbox}?mode=ro", uri=True)) as db:
+            got = {topic for (topic,) in db.execute("SELECT topic FROM announced")}
+        if got == want or time.monotonic() > deadline:
+            return got
+        await asyncio.sleep(0.05)
+
+
 async def retained_configs(broker: Broker) -> dict[str, bytes]:
     """The retained messages under homeassistant/ now (a fresh subscriber gets exactly those)."""
     spy = Spy(broker.broker_config(), "homeassistant/+/+/+/config", name="retained")
@@ -260,6 +279,7 @@ async def retained_configs(broker: Broker) -> dict[str, bytes]:
 
 async def test_daemon_announces_resends_and_removes(tmp_path: Path, mosquitto: Broker) -> None:  # noqa: F811
     cfg = mosquitto.broker_config()
+    outbox = tmp_path / "outbox.sqlite"
     live = Spy(cfg, "homeassistant/#", name="live")
     async with running(live.run()):
         await asyncio.wait_for(live.subscribed.wait(), 10)
@@ -270,28 +290,25 @@ async def test_daemon_announces_resends_and_removes(tmp_path: Path, mosquitto: B
             # Home Assistant restarts: its birth message makes the daemon send every config again
             await live.transport.publish("homeassistant/status", b"online")
             await live.wait_until(lambda: len(live.on("/config")) >= before + 2, 10, "re-announcement")
+            assert await remembered(outbox, {HALL, ACTIVITY}) == {HALL, ACTIVITY}
         retained = await retained_configs(mosquitto)
         assert set(retained) == {HALL, ACTIVITY}
         hall = json.loads(retained[HALL])
         assert hall["device_class"] == "motion" and hall["state_topic"] == f"{BASE}/{DEVICE}/hall/data"
         assert json.loads(retained[ACTIVITY])["options"] == ["rest", "walk", "run"]
-        with Outbox(tmp_path / "outbox.sqlite", 10, "drop-oldest") as box:
-            assert box.announced() == {HALL, ACTIVITY}
 
         # the "activity" stream is taken out of the configuration: its entity is deleted
         settings = load_settings(config_file(tmp_path, mosquitto.port, second=False))
         async with daemon_running(settings):
             await live.wait_until(lambda: any(m.topic == ACTIVITY and m.payload == b"" for m in live.messages),
                                   30, "removal")
+            assert await remembered(outbox, {HALL}) == {HALL}
         assert set(await retained_configs(mosquitto)) == {HALL}
-        with Outbox(tmp_path / "outbox.sqlite", 10, "drop-oldest") as box:
-            assert box.announced() == {HALL}
 
         # discovery turned off: the remaining entity goes too, and nothing is announced
         settings = load_settings(config_file(tmp_path, mosquitto.port, second=False, enabled=False))
         async with daemon_running(settings):
             await live.wait_until(lambda: any(m.topic == HALL and m.payload == b"" for m in live.messages),
                                   30, "removal of the last entity")
+            assert await remembered(outbox, set()) == set()
         assert await retained_configs(mosquitto) == {}
-        with Outbox(tmp_path / "outbox.sqlite", 10, "drop-oldest") as box:
-            assert box.announced() == set()

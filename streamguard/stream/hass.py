@@ -36,14 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
-from ..config import ConfigError, Settings
+from ..config import ConfigError, Settings, hass_options_problem
 from .channel_runtime import ChannelRuntime
 from .outbox import AsyncOutbox, Outbox
 from .runtime import StreamRuntime
 from .transport import Message, Transport
 
-#: What a state template renders for "no value": Home Assistant sets the entity to *unknown*.
-PAYLOAD_NONE = "None"
 #: The sanitized record of a message (a batch is a list: its last record).
 _RECORD = "{% set r = value_json if value_json is mapping else value_json | last %}"
 _REDACTED = "{% if r.redacted or r.value is none %}None"
@@ -103,9 +101,8 @@ def _attributes_template(privacy_topic: str) -> str:
 
 def entity(settings: Settings, rt: StreamRuntime) -> Entity:
     """The discovery config of one stream (module docstring). Raises :class:`ConfigError` for a
-    stream whose values cannot be told apart in Home Assistant: an enum option that renders as
-    ``None``, is empty, has surrounding blanks (Home Assistant strips template output) or equals
-    another's rendering."""
+    stream whose values cannot be told apart in Home Assistant (:func:`hass_options_problem`,
+    applied to every value it can publish, a channel's merged outputs included)."""
     ha = rt.cfg.homeassistant
     node = f"streamguard_{settings.device}"
     values = published_values(rt)
@@ -139,10 +136,9 @@ def entity(settings: Settings, rt: StreamRuntime) -> Entity:
     else:
         component = "sensor"
         options = [display(v) for v in values]
-        bad = [o for o in options if o in ("", PAYLOAD_NONE) or o != o.strip()]
-        if bad or len(set(options)) != len(options):
-            raise ConfigError(f"streams.{rt.name}.homeassistant: its values cannot all be shown as distinct Home Assistant enum "
-                             "options (a label that is empty, 'None', has surrounding blanks, or repeats another)")
+        problem = hass_options_problem(options)
+        if problem is not None:
+            raise ConfigError(f"streams.{rt.name}: Home Assistant cannot show {problem} as an enum option")
         config |= {"device_class": "enum", "options": options, "value_template": _ENUM_TEMPLATE}
     topic = f"{settings.homeassistant.prefix}/{component}/{node}/{rt.name}/config"
     return Entity(rt.name, component, topic, config)
