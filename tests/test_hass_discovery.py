@@ -290,6 +290,11 @@ async def test_daemon_announces_resends_and_removes(tmp_path: Path, mosquitto: B
             # Home Assistant restarts: its birth message makes the daemon send every config again
             await live.transport.publish("homeassistant/status", b"online")
             await live.wait_until(lambda: len(live.on("/config")) >= before + 2, 10, "re-announcement")
+            # a flood of birth messages gets one re-announcement per RESEND_INTERVAL, not one each
+            for _ in range(20):
+                await live.transport.publish("homeassistant/status", b"online")
+            await asyncio.sleep(1.0)
+            assert len(live.on("/config")) == before + 2
             assert await remembered(outbox, {HALL, ACTIVITY}) == {HALL, ACTIVITY}
         retained = await retained_configs(mosquitto)
         assert set(retained) == {HALL, ACTIVITY}

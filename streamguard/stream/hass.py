@@ -31,6 +31,7 @@ logs a reading: configs hold names, labels and topics only.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,9 @@ from .runtime import StreamRuntime
 from .transport import Message, Transport
 
 #: The sanitized record of a message (a batch is a list: its last record).
+#: Birth messages closer together than this (seconds) get one re-announcement: a client flooding
+#: ``<prefix>/status`` cannot make the daemon re-publish every config per message.
+RESEND_INTERVAL = 5.0
 _RECORD = "{% set r = value_json if value_json is mapping else value_json | last %}"
 _REDACTED = "{% if r.redacted or r.value is none %}None"
 
@@ -156,6 +160,7 @@ class Discovery:
         self.enabled = ha.enabled
         self.status_topic = f"{ha.prefix}/status"
         self.entities: dict[str, Entity] = {}
+        self._last_resend = -RESEND_INTERVAL
         if ha.enabled:
             for rt in runtimes:
                 e = entity(settings, rt)
@@ -166,8 +171,16 @@ class Discovery:
         return [self.status_topic] if self.enabled else []
 
     def wants_resend(self, msg: Message) -> bool:
-        """Is ``msg`` Home Assistant's birth message (``online`` on ``<prefix>/status``)?"""
-        return self.enabled and msg.topic == self.status_topic and msg.payload.strip() == b"online"
+        """Is ``msg`` Home Assistant's birth message (``online`` on ``<prefix>/status``), the first
+        one in ``RESEND_INTERVAL`` seconds? (A later one is left to the caller's routing, which
+        has no route for it.)"""
+        if not (self.enabled and msg.topic == self.status_topic and msg.payload.strip() == b"online"):
+            return False
+        now = time.monotonic()
+        if now - self._last_resend < RESEND_INTERVAL:
+            return False
+        self._last_resend = now
+        return True
 
     async def sync(self, t: Transport, box: AsyncOutbox) -> None:
         """Remove every remembered config the configuration no longer produces (empty retained
