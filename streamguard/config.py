@@ -227,6 +227,24 @@ HASS_BINARY_DEVICE_CLASSES = (
     "presence", "problem", "running", "safety", "smoke", "sound", "tamper", "update", "vibration", "window")
 
 
+def sanitized_topic_filters(base: str) -> list[str]:
+    """The topics that carry sanitized output: the device's status and each stream's records,
+    aggregates and privacy status. Consumers and the device broker's bridge (deploy/mosquitto)
+    take exactly these off the device, so no input may be read from them."""
+    return [f"{base}/+/status", *(f"{base}/+/+/{kind}" for kind in ("data", "aggregate", "privacy"))]
+
+
+def filters_overlap(a: str, b: str) -> bool:
+    """Can one topic match both MQTT filters ``a`` and ``b`` (``+`` one level, ``#`` the rest)?"""
+    x, y = a.split("/"), b.split("/")
+    for i in range(max(len(x), len(y))):
+        if (i < len(x) and x[i] == "#") or (i < len(y) and y[i] == "#"):
+            return True
+        if i >= len(x) or i >= len(y) or (x[i] != y[i] and "+" not in (x[i], y[i])):
+            return False
+    return True
+
+
 def hass_options_problem(options: list[str]) -> str | None:
     """Why these enum options (how a stream's values render in Home Assistant) cannot be told
     apart there, or None: an option that renders as ``None`` (Home Assistant's *unknown*), is
@@ -458,6 +476,29 @@ class Settings(BaseSettings):
         if sum(s.source == "stdin" for s in v) > 1:
             raise ValueError("at most one stream can read standard input")
         return v
+
+    @model_validator(mode="after")
+    def _inputs_off_sanitized_topics(self) -> Settings:
+        """No stream reads raw input from a topic that carries sanitized output
+        (:func:`sanitized_topic_filters`): a consumer or the bridge would take raw readings off the
+        device. Checks ``raw_topic`` and the topic filters of a mapped sensor (and its button)."""
+        outputs = sanitized_topic_filters(self.topic_base)
+        for s in self.streams:
+            if s.source != "mqtt":
+                continue
+            if s.ingest is None:
+                inputs = [s.raw_topic or self.topic(s.name, "raw")]
+            else:
+                from .ingest.presets import resolve, resolve_button
+
+                inputs = resolve(s.ingest).filters()
+                if s.ingest.button is not None:
+                    inputs += resolve_button(s.ingest.button).filters()
+            for f in inputs:
+                if any(filters_overlap(f, o) for o in outputs):
+                    raise ValueError(f"streams.{s.name}: input topic {f} can be a sanitized output topic "
+                                     f"({', '.join(outputs)}), which consumers and the bridge take off the device")
+        return self
 
     @model_validator(mode="after")
     def _homeassistant_options(self) -> Settings:

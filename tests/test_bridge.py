@@ -34,7 +34,7 @@ import pytest
 from brokers import DeviceAndCentral, device_and_central  # noqa: F401
 from daemon_harness import Spy, check_outputs, daemon_running, daemon_toml, publish_all, running
 
-from streamguard.config import load_settings
+from streamguard.config import ConfigError, filters_overlap, load_settings
 
 BASE, DEVICE = "streamguard", "bridgetest"
 LABELS = ("vacant", "occupied")
@@ -170,3 +170,29 @@ async def test_central_home_assistant_option(tmp_path: Path,
     outputs = [m for m in central.messages if not m.topic.startswith("homeassistant/")]
     assert set(check_outputs(outputs, base=BASE, device=device, labels={"door": DOOR_LABELS}, inputs=())) <= \
         {"data", "status", "privacy"}
+
+
+@pytest.mark.parametrize("a, b, overlap", [
+    ("streamguard/+/+/data", "streamguard/dev/hall/data", True),
+    ("streamguard/+/+/data", "streamguard/dev/hall/raw", False),
+    ("streamguard/+/status", "streamguard/#", True),
+    ("streamguard/+/status", "streamguard/dev/hall/#", False),
+    ("a/#", "a", True),
+    ("a", "a/b", False),
+    ("+/+/+/privacy", "zigbee2mqtt/hall", False),
+    ("#", "x/y", True),
+])
+def test_filters_overlap(a: str, b: str, overlap: bool) -> None:
+    assert filters_overlap(a, b) is overlap and filters_overlap(b, a) is overlap
+
+
+@pytest.mark.parametrize("stream", [
+    'raw_topic = "streamguard/other/door/data"',
+    'sample_period = 1.0\n[streams.ingest]\ntopic = "streamguard/+/+/privacy"\n',
+])
+def test_inputs_on_sanitized_topics_are_refused(tmp_path: Path, stream: str) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[[streams]]\nname = "door"\nlabels = ["closed", "open"]\nepsilon = 1.0\n{stream}\n'
+                    '[streams.model]\nalpha = 0.1\nbeta = 0.2\n')
+    with pytest.raises(ConfigError, match="sanitized output topic"):
+        load_settings(conf)
