@@ -25,6 +25,7 @@ cryptographically secure and says so through ``deterministic``.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Protocol
 
@@ -76,9 +77,9 @@ class KeystreamSource:
 
     Each key encrypts one block of zeros (at most ``block_bytes``, far below ChaCha20's 2³⁸-byte
     limit per nonce) and is then dropped, so no key ever produces two blocks and the generator is
-    re-seeded from the OS every block. A block is served front to back and never reused. After a
-    ``fork`` the child discards the parent's block (``os.register_at_fork`` and a pid check), so a
-    parent and its child never share a single word.
+    re-seeded from the OS every block. A block is served front to back and never reused (a lock
+    makes this hold across threads). After a ``fork`` the child discards the parent's block
+    (``os.register_at_fork`` and a pid check), so a parent and its child never share a single word.
     """
 
     deterministic = False
@@ -91,6 +92,7 @@ class KeystreamSource:
         self._buf = np.empty(0, dtype=np.uint8)
         self._pos = 0
         self._pid = os.getpid()
+        self._lock = threading.Lock()
         KeystreamSource._instances.add(self)
 
     @staticmethod
@@ -113,14 +115,15 @@ class KeystreamSource:
         self._pid = os.getpid()
 
     def _take(self, size: int) -> NDArray[np.uint8]:
-        if self._pid != os.getpid():
-            self._forget()
-        if self._pos + size > self._buf.shape[0]:
-            self._buf = self.keystream(os.urandom(32), bytes(16), max(size, self._block))
-            self._pos = 0
-        out = self._buf[self._pos: self._pos + size]
-        self._pos += -(-size // 8) * 8  # the next draw starts 8-byte aligned
-        return out
+        with self._lock:
+            if self._pid != os.getpid():
+                self._forget()
+            if self._pos + size > self._buf.shape[0]:
+                self._buf = self.keystream(os.urandom(32), bytes(16), max(size, self._block))
+                self._pos = 0
+            out = self._buf[self._pos: self._pos + size]
+            self._pos += -(-size // 8) * 8  # the next draw starts 8-byte aligned
+            return out
 
     def words(self, n: int) -> NDArray[np.uint64]:
         return self._take(8 * n).view(np.uint64)
@@ -131,6 +134,7 @@ class KeystreamSource:
 
 def _forget_after_fork() -> None:
     for source in list(KeystreamSource._instances):
+        source._lock = threading.Lock()  # another parent thread may have held it at the fork
         source._forget()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -100,6 +101,22 @@ def test_no_word_is_served_twice() -> None:
     got = np.concatenate([src.words(n) for n in (1, 7, 300, 511, 513, 2000, 3)]
                          + [src.words32(n).astype(np.uint64) << np.uint64(32) for n in (5, 1000)])
     assert np.unique(got).size == got.size  # 64-bit collisions among 4,335 uniform words: ~5e-13
+
+
+def test_threads_never_share_a_word() -> None:
+    src = KeystreamSource(block_bytes=1024)
+    got: list[np.ndarray] = []
+
+    def draw() -> None:
+        got.extend(src.words(n).copy() for n in [3, 17, 64, 1, 200] * 20)
+
+    threads = [threading.Thread(target=draw) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+    words = np.concatenate(got)
+    assert words.size == 4 * 20 * 285 and np.unique(words).size == words.size
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
