@@ -110,6 +110,15 @@ def test_numbers_for_bins_and_tasmota_time() -> None:
     assert isinstance(e.reading("n/sensor/h/state", b"nan", recv=NOW), Unreadable)  # ESPHome's unknown
 
 
+def test_tasmota_relay_reads_power_and_the_periodic_state() -> None:
+    t = _extractor(["off", "on"], preset="tasmota", device="plug", component="POWER", values={"ON": "on", "OFF": "off"})
+    assert t.reading("stat/plug/POWER", b"ON", recv=NOW) == Reading("on", NOW)
+    state = b'{"Time":"2026-11-25T22:00:00","Uptime":"0T01:00:00","POWER":"OFF","Wifi":{"RSSI":76}}'
+    assert t.reading("tele/plug/STATE", state, recv=NOW + 1) == Reading("off", NOW + 1)  # receive time: one clock
+    assert t.reading("tele/plug/STATE", b'{"Time":"x","Uptime":"0T01:00:00"}', recv=NOW) is None  # no relay key
+    assert t.availability("tele/plug/LWT", b"Online") is True and t.availability("tele/plug/LWT", b"Offline") is False
+
+
 def test_shelly_merges_notify_status() -> None:
     s = _extractor(["released", "pressed"], preset="shelly", device="sh1", component="input:0", field="state",
                    values={"true": "pressed", "false": "released"})
