@@ -257,6 +257,20 @@ def test_button_marks_the_next_tick_and_ignores_retained(tmp_path: Path) -> None
     assert isinstance(unknown, Rejection) and unknown.private and unknown.reason == "offline"
 
 
+def test_retained_redelivery_never_replaces_a_held_reading(tmp_path: Path) -> None:
+    s = IngestStream(_settings(tmp_path, sample_period=1.0).streams[0])
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 0.1)  # start-up: taken
+    assert json.loads(s.tick(NOW + 1))["value"] == "occupied"  # type: ignore[arg-type]
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":false}', retain=False, now=NOW + 1.5)
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 1.6)  # a reconnect: skipped
+    assert json.loads(s.tick(NOW + 2))["value"] == "vacant"  # type: ignore[arg-type]
+    s.on_message("zigbee2mqtt/hall/availability", b"offline", retain=False, now=NOW + 2.5)
+    s.on_message("zigbee2mqtt/hall/availability", b"online", retain=True, now=NOW + 2.6)
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 2.7)  # nothing held: taken
+    assert json.loads(s.tick(NOW + 3))["value"] == "occupied"  # type: ignore[arg-type]
+    assert s.status()["retained_skipped"] == 1
+
+
 def test_recorder_writes_the_steps_privately(tmp_path: Path) -> None:
     t0 = float(int(time.time()))  # the calibration reader refuses times in the future
     steps = tmp_path / "steps.jsonl"
