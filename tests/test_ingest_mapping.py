@@ -305,3 +305,37 @@ def test_example_errors_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(conf)
     assert "\n" not in str(err.value) and "sample_period" in str(err.value)
+
+
+@pytest.mark.parametrize("mechanism", ["redaction", "channel"])
+def test_ticks_reach_the_runtime_as_steps(mechanism: str, tmp_path: Path) -> None:
+    """Known ticks are accepted records at the tick's time; unknown ones take the rejected-frame
+    path (a physical step, no seq, counted by reason) — for 3R and for a 3-state channel stream."""
+    from streamguard.sampling import bit_source
+    from streamguard.stream.runtimes import make_runtime
+
+    t0 = float(int(time.time()))
+    if mechanism == "channel":
+        stream: dict[str, Any] = {
+            "labels": ["rest", "walk", "run"], "mechanism": "channel", "epsilon": None,
+            "model": {"matrix": [[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]},
+            "channel": {"kind": "rr", "epsilon": 1.0, "prior": [0.3, 0.4, 0.3]},
+            "ingest": {"topic": "act/state", "values": {"0": "rest", "1": "walk", "2": "run"}}}
+    else:
+        stream = {}
+    settings = _settings(tmp_path, sample_period=1.0, **stream)
+    cfg = settings.streams[0]
+    ingest, rt = IngestStream(cfg), make_runtime(settings, cfg, bit_source(3, 0))
+    topic, payloads = ((cfg.ingest.topic, [b"2", b"0", b"9"]) if mechanism == "channel"  # type: ignore[union-attr]
+                       else ("zigbee2mqtt/hall", [b'{"occupancy":true}', b'{"occupancy":false}', b'{"occupancy":1}']))
+    steps = []
+    for i, payload in enumerate([None, *payloads, None]):
+        if payload is not None:
+            ingest.on_message(topic, payload, retain=False, now=t0 + i + 0.5)
+        steps.append(ingest.tick(t0 + i + 1))
+        rt.on_frame(steps[-1], t0 + i + 1)
+    assert rt.counters.accepted == 2 and dict(rt.counters.rejected) == {"no-reading": 1, "unmapped": 2}
+    assert [isinstance(s, Rejection) for s in steps] == [True, False, False, True, True]
+    assert rt.steps.newest_ts == t0 + 5
+    if mechanism == "redaction":
+        assert rt.core.next_phys == 5 and rt.core.next_seq == 2  # every tick a step; seqs for the known ones
