@@ -110,6 +110,15 @@ def test_numbers_for_bins_and_tasmota_time() -> None:
     assert isinstance(e.reading("n/sensor/h/state", b"nan", recv=NOW), Unreadable)  # ESPHome's unknown
 
 
+def test_tasmota_relay_reads_power_and_the_periodic_state() -> None:
+    t = _extractor(["off", "on"], preset="tasmota", device="plug", component="POWER", values={"ON": "on", "OFF": "off"})
+    assert t.reading("stat/plug/POWER", b"ON", recv=NOW) == Reading("on", NOW)
+    state = b'{"Time":"2026-11-25T22:00:00","Uptime":"0T01:00:00","POWER":"OFF","Wifi":{"RSSI":76}}'
+    assert t.reading("tele/plug/STATE", state, recv=NOW + 1) == Reading("off", NOW + 1)  # receive time: one clock
+    assert t.reading("tele/plug/STATE", b'{"Time":"x","Uptime":"0T01:00:00"}', recv=NOW) is None  # no relay key
+    assert t.availability("tele/plug/LWT", b"Online") is True and t.availability("tele/plug/LWT", b"Offline") is False
+
+
 def test_shelly_merges_notify_status() -> None:
     s = _extractor(["released", "pressed"], preset="shelly", device="sh1", component="input:0", field="state",
                    values={"true": "pressed", "false": "released"})
@@ -248,6 +257,20 @@ def test_button_marks_the_next_tick_and_ignores_retained(tmp_path: Path) -> None
     assert isinstance(unknown, Rejection) and unknown.private and unknown.reason == "offline"
 
 
+def test_retained_redelivery_never_replaces_a_held_reading(tmp_path: Path) -> None:
+    s = IngestStream(_settings(tmp_path, sample_period=1.0).streams[0])
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 0.1)  # start-up: taken
+    assert json.loads(s.tick(NOW + 1))["value"] == "occupied"  # type: ignore[arg-type]
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":false}', retain=False, now=NOW + 1.5)
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 1.6)  # a reconnect: skipped
+    assert json.loads(s.tick(NOW + 2))["value"] == "vacant"  # type: ignore[arg-type]
+    s.on_message("zigbee2mqtt/hall/availability", b"offline", retain=False, now=NOW + 2.5)
+    s.on_message("zigbee2mqtt/hall/availability", b"online", retain=True, now=NOW + 2.6)
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 2.7)  # nothing held: taken
+    assert json.loads(s.tick(NOW + 3))["value"] == "occupied"  # type: ignore[arg-type]
+    assert s.status()["retained_skipped"] == 1
+
+
 def test_recorder_writes_the_steps_privately(tmp_path: Path) -> None:
     t0 = float(int(time.time()))  # the calibration reader refuses times in the future
     steps = tmp_path / "steps.jsonl"
@@ -282,3 +305,37 @@ def test_example_errors_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(conf)
     assert "\n" not in str(err.value) and "sample_period" in str(err.value)
+
+
+@pytest.mark.parametrize("mechanism", ["redaction", "channel"])
+def test_ticks_reach_the_runtime_as_steps(mechanism: str, tmp_path: Path) -> None:
+    """Known ticks are accepted records at the tick's time; unknown ones take the rejected-frame
+    path (a physical step, no seq, counted by reason) — for 3R and for a 3-state channel stream."""
+    from streamguard.sampling import bit_source
+    from streamguard.stream.runtimes import make_runtime
+
+    t0 = float(int(time.time()))
+    if mechanism == "channel":
+        stream: dict[str, Any] = {
+            "labels": ["rest", "walk", "run"], "mechanism": "channel", "epsilon": None,
+            "model": {"matrix": [[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]},
+            "channel": {"kind": "rr", "epsilon": 1.0, "prior": [0.3, 0.4, 0.3]},
+            "ingest": {"topic": "act/state", "values": {"0": "rest", "1": "walk", "2": "run"}}}
+    else:
+        stream = {}
+    settings = _settings(tmp_path, sample_period=1.0, **stream)
+    cfg = settings.streams[0]
+    ingest, rt = IngestStream(cfg), make_runtime(settings, cfg, bit_source(3, 0))
+    topic, payloads = ((cfg.ingest.topic, [b"2", b"0", b"9"]) if mechanism == "channel"  # type: ignore[union-attr]
+                       else ("zigbee2mqtt/hall", [b'{"occupancy":true}', b'{"occupancy":false}', b'{"occupancy":1}']))
+    steps = []
+    for i, payload in enumerate([None, *payloads, None]):
+        if payload is not None:
+            ingest.on_message(topic, payload, retain=False, now=t0 + i + 0.5)
+        steps.append(ingest.tick(t0 + i + 1))
+        rt.on_frame(steps[-1], t0 + i + 1)
+    assert rt.counters.accepted == 2 and dict(rt.counters.rejected) == {"no-reading": 1, "unmapped": 2}
+    assert [isinstance(s, Rejection) for s in steps] == [True, False, False, True, True]
+    assert rt.steps.newest_ts == t0 + 5
+    if mechanism == "redaction":
+        assert rt.core.next_phys == 5 and rt.core.next_seq == 2  # every tick a step; seqs for the known ones

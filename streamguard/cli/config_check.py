@@ -70,6 +70,20 @@ def _aggregate_lines(cfg: Any) -> list[str]:
     return out
 
 
+def _ingest_line(cfg: Any) -> str:
+    """Where a mapped sensor is read and how its steps are timed (README, "Connect your sensors")."""
+    from ..ingest.presets import resolve
+
+    mapping = resolve(cfg.ingest)
+    topics = ", ".join(mapping.filters())
+    if cfg.resampled():
+        timing = (f"resampled every {cfg.sample_period:g} s (sample and hold, one step per tick)"
+                  + (f", stale after {cfg.stale_after:g} s" if cfg.stale_after else ""))
+    else:
+        timing = "stated periodic by the operator (not checked): each message is a step"
+    return f"  ingest: {mapping.preset} on {topics}; {timing}"
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     import contextlib
     import io
@@ -87,6 +101,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
                     _check_redaction_stream(cfg)
                 for q in _aggregate_lines(cfg):
                     print(q)
+                if cfg.ingest is not None:
+                    print(_ingest_line(cfg))
                 if cfg.schedule:
                     print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
         print(f"{file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"

@@ -20,9 +20,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stream.records import MAX_FRAME_BYTES, StateMap
+from ..stream.records import MAX_FRAME_BYTES, Rejection, StateMap, frame_text
 from .spec import TimestampSpec
-from .timestamps import parse_time
+from .timestamps import finite_number, parse_time
 from .topics import matches
 
 Path = tuple[str, ...]
@@ -130,25 +130,17 @@ def get(doc: Any, path: Path) -> Any:
 
 def decode(payload: bytes, *, json_only: bool) -> Any:
     """A payload as JSON, or — a bare payload that is not JSON (``ON``, ``online``) — as its text
-    (unless ``json_only``). A payload that cannot be read gives a ``_Bad`` (reason, message)."""
-    if len(payload) > MAX_FRAME_BYTES:
-        return _Bad("oversize", f"payload exceeds {MAX_FRAME_BYTES} bytes")
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:
-        return _Bad("not-utf8", "payload is not valid UTF-8")
+    (unless ``json_only``). A payload that cannot be read gives a :class:`Rejection` (reason,
+    message naming what is wrong, never the payload)."""
+    text = frame_text(payload, MAX_FRAME_BYTES, "payload")
+    if isinstance(text, Rejection):
+        return text
     try:
         return json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         if json_only:
-            return _Bad("not-json", "payload is not a JSON object")
+            return Rejection("not-json", "payload is not a JSON object")
         return text.strip()
-
-
-@dataclass(frozen=True)
-class _Bad:
-    reason: str
-    message: str
 
 
 def _no_constant(token: str) -> None:
@@ -179,7 +171,7 @@ class Extractor:
         if route is None:
             return None
         doc = decode(payload, json_only=m.path is not None or bool(route.prefix) or bool(m.match))
-        if isinstance(doc, _Bad):
+        if isinstance(doc, Rejection):
             return Unreadable(doc.reason, doc.message, recv)
         if any(canonical(get(doc, p)) != want for p, want in (*route.require, *m.match)):
             return None  # another device on a shared topic (rtl_433), another method (Shelly)
@@ -215,20 +207,7 @@ class Extractor:
         """The stream value of a payload value: a label through the map (or a label itself), a
         finite number for a stream with bins; None when unmapped."""
         if self.states.bins is not None:
-            if isinstance(v, bool):
-                return None
-            if isinstance(v, str):
-                try:
-                    v = float(v)
-                except ValueError:
-                    return None
-            if not isinstance(v, (int, float)):
-                return None
-            try:
-                x = float(v)
-            except OverflowError:
-                return None
-            return x if math.isfinite(x) else None
+            return finite_number(v)
         key = canonical(v)
         if key is None:
             return None
@@ -246,7 +225,7 @@ class Extractor:
         doc = decode(payload, json_only=False)
         # zigbee2mqtt sends either form: bare ``online`` (legacy) or ``{"state": "online"}``
         value = get(doc, a.path) if a.path is not None and isinstance(doc, dict) else doc
-        return not isinstance(value, _Bad) and canonical(value) in a.online
+        return not isinstance(value, Rejection) and canonical(value) in a.online
 
 
 def pressed(button: Mapping, presses: frozenset[str], topic: str, payload: bytes) -> bool:
@@ -255,7 +234,7 @@ def pressed(button: Mapping, presses: frozenset[str], topic: str, payload: bytes
     if route is None:
         return False
     doc = decode(payload, json_only=button.path is not None or bool(button.match))
-    if isinstance(doc, _Bad) or any(canonical(get(doc, p)) != want for p, want in button.match):
+    if isinstance(doc, Rejection) or any(canonical(get(doc, p)) != want for p, want in button.match):
         return False
     value = get(doc, route.prefix) if button.path is None else get(get(doc, route.prefix), button.path)
     return value is not _MISSING and canonical(value) in presses

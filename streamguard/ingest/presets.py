@@ -4,7 +4,7 @@ already run, as those projects document them (notes/sensor-ecosystem.md §1):
 | preset | readings | value | time | availability |
 |---|---|---|---|---|
 | zigbee2mqtt | ``<base>/<device>`` (base ``zigbee2mqtt``) | JSON, ``field`` (``occupancy``, ``contact``) | receive | ``<base>/<device>/availability``: ``online``/``offline`` bare or ``{"state": …}`` |
-| tasmota | ``tele/<device>/SENSOR``, or ``stat/<device>/<component>`` (``POWER``) | JSON ``field`` (``DS18B20.Temperature``), or bare ``ON``/``OFF`` | ``Time`` (ISO 8601, local) for SENSOR | ``tele/<device>/LWT``: ``Online``/``Offline`` |
+| tasmota | ``tele/<device>/SENSOR``, or ``stat/<device>/<component>`` (``POWER``) and the same key of ``tele/<device>/STATE`` | JSON ``field`` (``DS18B20.Temperature``), or bare ``ON``/``OFF`` | ``Time`` (ISO 8601, local) for SENSOR | ``tele/<device>/LWT``: ``Online``/``Offline`` |
 | esphome | ``<device>/<component>/state`` (``binary_sensor/motion``) | bare ``ON``/``OFF`` or a number | receive | ``<device>/status``: ``online``/``offline`` |
 | shelly (Gen2) | ``<device>/status/<component>`` and ``<device>/events/rpc`` (``NotifyStatus``, merged) | JSON ``field`` of the component (``state``) | ``params.ts`` (epoch s) for events | ``<device>/online``: ``true``/``false`` |
 | homeassistant (statestream) | ``<base>/<domain>/<entity>/state`` (base ``homeassistant``; device = entity id) | JSON-encoded (``"on"``) | receive | none |
@@ -44,8 +44,10 @@ def _preset_parts(spec: TopicSpec) -> tuple[tuple[Route, ...], TimestampSpec | N
     lwt = Availability(f"tele/{dev}/LWT", None, frozenset({"Online"}), frozenset({"Offline"}))
     if p == "tasmota":
         _need(spec, "device")
-        if spec.component is not None:  # a relay: stat/<topic>/POWER, bare ON/OFF
-            return (Route(f"stat/{dev}/{spec.component}"),), None, lwt
+        if spec.component is not None:  # a relay: stat/<topic>/POWER bare ON/OFF on change, and the
+            # same field in tele/<topic>/STATE every TelePeriod (both at receive time: one clock)
+            return (Route(f"stat/{dev}/{spec.component}"),
+                    Route(f"tele/{dev}/STATE", prefix=(spec.component,))), None, lwt
         _need(spec, "field")
         return (Route(f"tele/{dev}/SENSOR"),), TimestampSpec(field="Time", format="iso8601"), lwt
     if p == "esphome":

@@ -87,6 +87,16 @@ class Resampler:
     def reading(self, r: Reading | Unreadable, recv: float) -> None:
         self._queue(_Observation(recv, reading=r))
 
+    def holds_reading(self) -> bool:
+        """Will a reading be held once what has arrived is applied?"""
+        held = isinstance(self._held, Reading)
+        for o in self._pending:
+            if o.online is False:
+                held = False
+            if o.reading is not None:  # (a late reading is ignored, but then a reading was held)
+                held = isinstance(o.reading, Reading)
+        return held
+
     def availability(self, online: bool, recv: float) -> None:
         self._queue(_Observation(recv, online=online))
 

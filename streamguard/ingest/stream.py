@@ -8,8 +8,9 @@ exactly like a rejected frame (redacted with probability 1, occupies its step, c
 
 - **Resampled** (``sample_period``, not ``periodic``): messages only update the resampler; steps
   come from :meth:`IngestStream.tick`, driven by the grid task (:mod:`.grid`). A retained message
-  at start-up is the device's current state and is held like any other; a republished unchanged
-  state changes nothing. Neither makes a step.
+  is the broker's memory of the device's state: it is held when nothing else is (at start-up, after
+  the device was offline) and skipped otherwise (a reconnect redelivers it, and it may be older
+  than the reading held); a republished unchanged state changes nothing. Neither makes a step.
 - **Periodic** (``periodic = true``): each mapped message is a step, at its timestamp (payload
   field, else receive time); a retained message is a previous run's step and is skipped;
   availability is not used (there is no tick to make unknown). The privacy button marks the newest
@@ -91,7 +92,10 @@ class IngestStream:
         if reading is None:
             return out
         if self.resampler is not None:
-            self.resampler.reading(reading, now)
+            if retain and self.resampler.holds_reading():
+                self.retained_skipped += 1  # redelivered on a reconnect: maybe older than what is held
+            else:
+                self.resampler.reading(reading, now)
         elif retain:
             self.retained_skipped += 1
         else:
@@ -134,7 +138,7 @@ class IngestStream:
         else:
             doc["timing"] = ("stated periodic by the operator (not checked): each message is a step; "
                              "if the source reports on change, its message times reveal the changes")
-            doc["retained_skipped"] = self.retained_skipped
+        doc["retained_skipped"] = self.retained_skipped
         return doc
 
     def close(self) -> None:

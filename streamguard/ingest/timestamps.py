@@ -9,24 +9,18 @@ import datetime as dt
 import math
 from typing import Any
 
-from ..stream.records import MAX_CLOCK_AHEAD
+from ..stream.records import MAX_CLOCK_AHEAD, _finite_float
 
 
-def _number(x: Any) -> float | None:
-    if isinstance(x, bool):
-        return None
+def finite_number(x: Any) -> float | None:
+    """``x`` — a number, or a string holding one (ESPHome, statestream) — as a finite float, or
+    None (a bool, anything else, NaN/±inf, too large)."""
     if isinstance(x, str):
         try:
             x = float(x)
         except ValueError:
             return None
-    if not isinstance(x, (int, float)):
-        return None
-    try:
-        v = float(x)
-    except OverflowError:
-        return None
-    return v if math.isfinite(v) else None
+    return _finite_float(x)
 
 
 def parse_time(raw: Any, fmt: str, *, now: float) -> float | None:
@@ -40,7 +34,7 @@ def parse_time(raw: Any, fmt: str, *, now: float) -> float | None:
         except (ValueError, OverflowError, OSError):
             return None
     else:
-        v = _number(raw)
+        v = finite_number(raw)
         if v is None:
             return None
         t = v / 1000.0 if fmt == "epoch-ms" else v

@@ -9,6 +9,10 @@ Tasks (DESIGN.md §6):
 - **publisher**: a second connection (``<client id>-pub``) draining the outbox in order, QoS 1.
 - **sources**: stdin (JSON lines) and in-process simulated devices feed frames like MQTT does.
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
+- **grid**: one per stream that reads a sensor of the MQTT ecosystem (``[streams.ingest]``,
+  streamguard/ingest): the control connection also subscribes to the sensor's topics, whose
+  messages update the stream's resampler, and this task takes one step per tick of the stream's
+  ``sample_period`` grid (issue 10).
 
 Every decision is stored in the outbox (with the redaction rows used and the open marks) before
 it can be published — by one writer task that commits whatever has queued up as one group; a retry resends the stored bytes, never a new draw. A decision is queued for the writer in the
