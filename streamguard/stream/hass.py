@@ -43,10 +43,11 @@ from .outbox import AsyncOutbox, Outbox
 from .runtime import StreamRuntime
 from .transport import Message, Transport
 
-#: The sanitized record of a message (a batch is a list: its last record).
 #: Birth messages closer together than this (seconds) get one re-announcement: a client flooding
 #: ``<prefix>/status`` cannot make the daemon re-publish every config per message.
 RESEND_INTERVAL = 5.0
+#: Template pieces: the sanitized record of a message (a batch is a list: its last record), and
+#: the start of the value template's ``if``: a redacted record renders ``None`` (*unknown*).
 _RECORD = "{% set r = value_json if value_json is mapping else value_json | last %}"
 _REDACTED = "{% if r.redacted or r.value is none %}None"
 
@@ -109,7 +110,6 @@ def entity(settings: Settings, rt: StreamRuntime) -> Entity:
     applied to every value it can publish, a channel's merged outputs included)."""
     ha = rt.cfg.homeassistant
     node = f"streamguard_{settings.device}"
-    values = published_values(rt)
     config: dict[str, Any] = {
         "name": ha.name or rt.name,
         "unique_id": f"{node}_{rt.name}",
@@ -139,7 +139,7 @@ def entity(settings: Settings, rt: StreamRuntime) -> Entity:
             config["device_class"] = ha.device_class
     else:
         component = "sensor"
-        options = [display(v) for v in values]
+        options = [display(v) for v in published_values(rt)]
         problem = hass_options_problem(options)
         if problem is not None:
             raise ConfigError(f"streams.{rt.name}: Home Assistant cannot show {problem} as an enum option")
