@@ -230,9 +230,10 @@ class DeviceAndCentral:
 
 @pytest.fixture
 def device_and_central(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DeviceAndCentral]:
-    """Two Mosquitto instances on loopback: a central one, and the device's running
-    deploy/mosquitto/streamguard-device.conf (its ACL verbatim) with the test's port, paths, users
-    and the central broker as the bridge's address (plain TCP on loopback, no remote login).
+    """Two Mosquitto instances on loopback: a central one (persistent, for outage tests), and the
+    device's running deploy/mosquitto/streamguard-device.conf (its ACL verbatim) with the test's
+    port, paths, users and the central broker as the bridge's address (plain TCP on loopback, no
+    remote login).
     Parametrized indirectly with a tuple of lines, it also enables those lines that the shipped
     file has commented out (its options)."""
     _require("mosquitto_passwd")
@@ -241,7 +242,8 @@ def device_and_central(tmp_path: Path, request: pytest.FixtureRequest) -> Iterat
     for i, (user, password) in enumerate(DEVICE_USERS.items()):
         subprocess.run(["mosquitto_passwd", *(["-c"] if i == 0 else []), "-b", str(pwfile), user, password],
                        check=True, timeout=10, capture_output=True)
-    central_gen = _run_broker(tmp_path / "central", ["allow_anonymous true", "persistence false",
+    central_gen = _run_broker(tmp_path / "central", ["allow_anonymous true", "persistence true",
+                                                      f"persistence_location {tmp_path / 'central'}/",
                                                       "max_queued_messages 100000"])
     central = next(central_gen)
     try:

@@ -14,6 +14,7 @@ they do. Then:
   payload that any producer sent (a subscriber to ``#`` on the central broker sees all of it);
 - on the device, the ACL keeps raw frames, sensor topics and commands from Home Assistant's
   user, which still gets the sanitized records and the discovery configs;
+- records published while the central broker is down wait in the bridge's queue and arrive;
 - with the shipped option for a Home Assistant at the central site, the discovery configs go out
   and its birth message comes in (the daemon re-announces), and still nothing raw goes out.
 
@@ -196,3 +197,44 @@ def test_inputs_on_sanitized_topics_are_refused(tmp_path: Path, stream: str) -> 
                     '[streams.model]\nalpha = 0.1\nbeta = 0.2\n')
     with pytest.raises(ConfigError, match="sanitized output topic"):
         load_settings(conf)
+
+
+async def test_records_published_while_the_central_broker_is_down_arrive_later(
+        tmp_path: Path, device_and_central: DeviceAndCentral) -> None:  # noqa: F811
+    """The bridge's local queue (cleansession false, bounded by max_queued_messages) carries the
+    records published while the central broker was down; none is lost, none is raw."""
+    brokers, device = device_and_central, "outage"
+    conf = tmp_path / "d.toml"
+    conf.write_text(f'device = "{device}"\ntopic_base = "{BASE}"\nlog_level = "WARNING"\n'
+                    f'[broker]\nport = {brokers.device.port}\n[outbox]\npath = "{tmp_path / "o.sqlite"}"\n'
+                    '[[streams]]\nname = "door"\nlabels = ["closed", "open"]\nepsilon = 1.0\ndesign = "exact"\n'
+                    'delay = 0\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n')
+    settings = load_settings(conf, broker=brokers.login("streamguard"))
+    data = f"{BASE}/{device}/door/data"
+    t0 = time.time() - 60
+    frames = [(f"{BASE}/{device}/door/raw", json.dumps({"value": DOOR_LABELS[i % 2], "ts": t0 + i}).encode())
+              for i in range(40)]
+    # persistent: the central broker keeps its subscription and queue across its restart, so the
+    # records the bridge delivers before this subscriber is back are not missed
+    central = Spy(brokers.central.broker_config(), "#", name="central", persistent=True)
+    local = Spy(brokers.login("homeassistant"), data, name="local")
+    async with running(central.run(), local.run()):
+        await asyncio.wait_for(asyncio.gather(central.subscribed.wait(), local.subscribed.wait()), 10)
+        async with daemon_running(settings):
+            await central.wait_until(lambda: "online" in central.states(f"{BASE}/{device}/status"), 30, "online")
+            await publish_all(brokers.login("sensor"), frames[:20], identifier="firmware")
+            # (a record is decided when the next frame arrives, the last one at shutdown)
+            await central.wait_until(lambda: central.seqs(data) >= set(range(19)), 10, "the first records")
+            brokers.central.stop()
+            await publish_all(brokers.login("sensor"), frames[20:], identifier="firmware")
+            # published on the device while the central broker is down
+            await local.wait_until(lambda: local.seqs(data) >= set(range(39)), 10, "the records on the device")
+            assert central.seqs(data) < set(range(39))
+            brokers.central.start()
+            await central.wait_until(lambda: central.seqs(data) >= set(range(39)), 30, "the queued records")
+        await central.wait_until(lambda: central.seqs(data) >= set(range(40)), 10, "the last record")
+        await local.wait_until(lambda: local.seqs(data) >= set(range(40)), 10, "the last record on the device")
+    assert dict(central.records(data)) == dict(local.records(data))
+    sent = {p for _, p in frames}
+    assert not sent & {m.payload for m in central.messages}
+    check_outputs(central.messages, base=BASE, device=device, labels={"door": DOOR_LABELS}, inputs=())
