@@ -60,14 +60,15 @@ class _Observation:
 
 @dataclass
 class ResamplerCounters:
+    """Counts of one stream's resampler. Only ``unknown`` (counted per tick) may be published:
+    ``late`` and ``presses`` count raw messages, whose times are the sensor's (stream.py)."""
+
     #: Unknown steps by reason.
     unknown: Counter[str] = field(default_factory=Counter)
     #: Readings older than the held one (ignored).
     late: int = 0
     presses: int = 0
 
-    def as_dict(self) -> dict[str, object]:
-        return {"unknown_steps": dict(self.unknown), "late_readings": self.late, "button_presses": self.presses}
 
 
 class Resampler:

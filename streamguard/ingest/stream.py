@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -35,6 +36,8 @@ from .mapping import Extractor, Mapping, Reading, Unreadable, pressed
 from .presets import resolve, resolve_button
 from .recorder import StepRecorder
 from .resampler import Resampler, Sample
+
+log = logging.getLogger(__name__)
 
 #: What a step is handed to the runtime as: frame bytes, or the rejection of an unknown reading.
 StepInput = bytes | Rejection
@@ -124,26 +127,33 @@ class IngestStream:
         return json.dumps({"value": s.value, "ts": s.ts, "private": s.private}, separators=(",", ":")).encode()
 
     def status(self) -> dict[str, Any]:
-        """What the privacy status says about the stream's input (no reading, no payload)."""
-        doc: dict[str, Any] = {
-            "preset": self.mapping.preset,
-            "topics": self.filters(),
-            "messages": self.messages,
-        }
+        """What the published privacy status says about the stream's input: the mapping, the timing
+        and the unknown steps by reason — counted per tick, so value-independent in their times.
+        Nothing counted per raw message is published: the count of an on-change sensor's messages,
+        refreshed with the status every few seconds, would tell when its value changed (notes/
+        sensor-ecosystem.md §4); those counts are in :meth:`local_counters`, for the log."""
+        doc: dict[str, Any] = {"preset": self.mapping.preset, "topics": self.filters()}
         if self.resampler is not None:
             doc["timing"] = (f"resampled: one step per {self.cfg.sample_period:g} s tick of the wall-clock grid, "
                              "stamped with the tick (publish times depend on the grid only)")
             doc["sample_period"] = self.cfg.sample_period
             doc["stale_after"] = self.cfg.stale_after
             doc["missed_ticks"] = self.missed_ticks
-            doc.update(self.resampler.counters.as_dict())
+            doc["unknown_steps"] = dict(self.resampler.counters.unknown)
         else:
             doc["timing"] = ("stated periodic by the operator (not checked): each message is a step; "
                              "if the source reports on change, its message times reveal the changes")
-        doc["retained_skipped"] = self.retained_skipped
         return doc
 
+    def local_counters(self) -> dict[str, int]:
+        """Counts of raw messages (never published; logged once at shutdown)."""
+        out = {"messages": self.messages, "retained_skipped": self.retained_skipped}
+        if self.resampler is not None:
+            out |= {"late_readings": self.resampler.counters.late, "button_presses": self.resampler.counters.presses}
+        return out
+
     def close(self) -> None:
+        log.info("stream %s: sensor messages %s", self.name, self.local_counters())
         if self.recorder is not None:
             self.recorder.close()
 
