@@ -20,7 +20,7 @@ from streamguard.ingest.mapping import Extractor, Reading, Unreadable, canonical
 from streamguard.ingest.presets import resolve
 from streamguard.ingest.resampler import Resampler
 from streamguard.ingest.spec import IngestConfig
-from streamguard.ingest.stream import IngestStream
+from streamguard.ingest.stream import IngestHub, IngestStream
 from streamguard.ingest.timestamps import parse_time
 from streamguard.ingest.topics import matches, valid_filter
 from streamguard.stream.records import Rejection, StateMap
@@ -271,6 +271,28 @@ def test_retained_redelivery_never_replaces_a_held_reading(tmp_path: Path) -> No
     assert s.local_counters()["retained_skipped"] == 1
     assert set(s.status()) == {"preset", "topics", "timing", "sample_period", "stale_after", "missed_ticks",
                                "unknown_steps"}  # nothing counted per raw message is published
+
+
+def test_a_lost_broker_connection_makes_the_held_reading_unknown(tmp_path: Path) -> None:
+    """Messages sent while the daemon's connection is down are lost: the steps are unknown
+    (``disconnected``) until it is back, and then until a fresh reading — a retained state
+    redelivered on the new subscription is one."""
+    settings = _settings(tmp_path, sample_period=1.0)
+    hub = IngestHub(settings, clock=lambda: clock[0])
+    clock = [NOW + 0.5]
+    s = hub.streams["s"]
+    hub.route("zigbee2mqtt/hall", b'{"occupancy":true}', retain=False, now=clock[0])
+    assert json.loads(s.tick(NOW + 1))["value"] == "occupied"  # type: ignore[arg-type]
+    clock[0] = NOW + 1.5
+    hub.connection(False)
+    step = s.tick(NOW + 2)
+    assert isinstance(step, Rejection) and step.reason == "disconnected"
+    clock[0] = NOW + 2.5
+    hub.connection(True)
+    step = s.tick(NOW + 3)
+    assert isinstance(step, Rejection) and step.reason == "no-reading"  # the old reading is not reused
+    hub.route("zigbee2mqtt/hall", b'{"occupancy":false}', retain=True, now=NOW + 3.5)  # redelivered retained
+    assert json.loads(s.tick(NOW + 4))["value"] == "vacant"  # type: ignore[arg-type]
 
 
 def test_recorder_writes_the_steps_privately(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ NOW_COMMAND = b'{"private":"now"}'
 
 _UNKNOWN_MESSAGES = {
     "no-reading": "no reading received yet",
+    "disconnected": "the daemon is not connected to the broker",
     "offline": "the device is offline",
     "stale": "the held reading is older than stale_after",
 }
@@ -199,6 +200,14 @@ class IngestHub:
 
             tasks.append(run_grid(s.resampler.period, on_tick, clock=self.clock, sleep=self.sleep, on_missed=missed))
         return tasks
+
+    def connection(self, up: bool) -> None:
+        """The daemon's control connection (which carries the sensors' messages) went down or
+        came back: the resampled streams' held readings are no longer known (resampler.py)."""
+        now = self.clock()
+        for s in self.streams.values():
+            if s.resampler is not None:
+                s.resampler.connection(up, now)
 
     def status(self, stream: str) -> dict[str, Any] | None:
         s = self.streams.get(stream)
