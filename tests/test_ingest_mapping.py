@@ -220,7 +220,9 @@ def test_on_change_source_without_grid_is_refused(tmp_path: Path) -> None:
                      ({"sample_period": 1.0, "ingest": {"topic": "t", "values": {"1": "open"}}}, "'open' is not one"),
                      ({"sample_period": 1.0, "ingest": {"preset": "zigbee2mqtt", "device": "hall"}}, "needs field"),
                      ({"sample_period": 1.0, "ingest": {"preset": "rtl_433", "field": "t"}}, "give match"),
-                     ({"sample_period": 1.0, "ingest": {"topic": "a/#/b"}}, "not a valid MQTT topic filter")):
+                     ({"sample_period": 1.0, "ingest": {"topic": "a/#/b"}}, "not a valid MQTT topic filter"),
+                     ({"sample_period": 1.0, "ingest": {"preset": "zigbee2mqtt", "device": "+", "field": "o"}},
+                      "one sensor")):
         with pytest.raises(ValueError, match=msg):
             _settings(tmp_path, **bad)
     with pytest.raises(ValueError, match="goes with"):
