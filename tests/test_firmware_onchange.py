@@ -63,7 +63,7 @@ def test_cli_publishes_on_change_to_mosquitto(mosquitto: Broker) -> None:  # noq
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="watch") as c:
             await c.subscribe("zigbee2mqtt/#", qos=1)
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "firmware_sim", "--onchange", "zigbee2mqtt:hall:0.3:0.2", "--duration", "2",
+                sys.executable, "-m", "firmware_sim", "--onchange", "zigbee2mqtt:hall:0.2:0.1", "--duration", "1",
                 "--mqtt", f"{mosquitto.host}:{mosquitto.port}", stderr=subprocess.PIPE)
             async with asyncio.timeout(30):
                 _, err = await proc.communicate()

@@ -20,7 +20,7 @@ from streamguard.ingest.mapping import Extractor, Reading, Unreadable, canonical
 from streamguard.ingest.presets import resolve
 from streamguard.ingest.resampler import Resampler
 from streamguard.ingest.spec import IngestConfig
-from streamguard.ingest.stream import IngestStream
+from streamguard.ingest.stream import IngestHub, IngestStream
 from streamguard.ingest.timestamps import parse_time
 from streamguard.ingest.topics import matches, valid_filter
 from streamguard.stream.records import Rejection, StateMap
@@ -220,7 +220,9 @@ def test_on_change_source_without_grid_is_refused(tmp_path: Path) -> None:
                      ({"sample_period": 1.0, "ingest": {"topic": "t", "values": {"1": "open"}}}, "'open' is not one"),
                      ({"sample_period": 1.0, "ingest": {"preset": "zigbee2mqtt", "device": "hall"}}, "needs field"),
                      ({"sample_period": 1.0, "ingest": {"preset": "rtl_433", "field": "t"}}, "give match"),
-                     ({"sample_period": 1.0, "ingest": {"topic": "a/#/b"}}, "not a valid MQTT topic filter")):
+                     ({"sample_period": 1.0, "ingest": {"topic": "a/#/b"}}, "not a valid MQTT topic filter"),
+                     ({"sample_period": 1.0, "ingest": {"preset": "zigbee2mqtt", "device": "+", "field": "o"}},
+                      "one sensor")):
         with pytest.raises(ValueError, match=msg):
             _settings(tmp_path, **bad)
     with pytest.raises(ValueError, match="goes with"):
@@ -235,7 +237,7 @@ def test_periodic_stream_steps_per_message(tmp_path: Path) -> None:
     assert kind == "frame" and json.loads(frame) == {"value": "occupied", "ts": NOW, "private": False}  # type: ignore[arg-type]
     [(_, rej)] = s.on_message("zigbee2mqtt/hall", b'{"occupancy":7}', retain=False, now=NOW + 1)
     assert isinstance(rej, Rejection) and rej.reason == "unmapped" and rej.ts == NOW + 1
-    assert "timing" in s.status() and s.status()["retained_skipped"] == 1
+    assert "timing" in s.status() and s.local_counters()["retained_skipped"] == 1
 
 
 def test_button_marks_the_next_tick_and_ignores_retained(tmp_path: Path) -> None:
@@ -268,7 +270,31 @@ def test_retained_redelivery_never_replaces_a_held_reading(tmp_path: Path) -> No
     s.on_message("zigbee2mqtt/hall/availability", b"online", retain=True, now=NOW + 2.6)
     s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 2.7)  # nothing held: taken
     assert json.loads(s.tick(NOW + 3))["value"] == "occupied"  # type: ignore[arg-type]
-    assert s.status()["retained_skipped"] == 1
+    assert s.local_counters()["retained_skipped"] == 1
+    assert set(s.status()) == {"preset", "topics", "timing", "sample_period", "stale_after", "missed_ticks",
+                               "unknown_steps"}  # nothing counted per raw message is published
+
+
+def test_a_lost_broker_connection_makes_the_held_reading_unknown(tmp_path: Path) -> None:
+    """Messages sent while the daemon's connection is down are lost: the steps are unknown
+    (``disconnected``) until it is back, and then until a fresh reading — a retained state
+    redelivered on the new subscription is one."""
+    settings = _settings(tmp_path, sample_period=1.0)
+    hub = IngestHub(settings, clock=lambda: clock[0])
+    clock = [NOW + 0.5]
+    s = hub.streams["s"]
+    hub.route("zigbee2mqtt/hall", b'{"occupancy":true}', retain=False, now=clock[0])
+    assert json.loads(s.tick(NOW + 1))["value"] == "occupied"  # type: ignore[arg-type]
+    clock[0] = NOW + 1.5
+    hub.connection(False)
+    step = s.tick(NOW + 2)
+    assert isinstance(step, Rejection) and step.reason == "disconnected"
+    clock[0] = NOW + 2.5
+    hub.connection(True)
+    step = s.tick(NOW + 3)
+    assert isinstance(step, Rejection) and step.reason == "no-reading"  # the old reading is not reused
+    hub.route("zigbee2mqtt/hall", b'{"occupancy":false}', retain=True, now=NOW + 3.5)  # redelivered retained
+    assert json.loads(s.tick(NOW + 4))["value"] == "vacant"  # type: ignore[arg-type]
 
 
 def test_recorder_writes_the_steps_privately(tmp_path: Path) -> None:

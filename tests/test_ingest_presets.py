@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiomqtt
 import pytest
 
 from brokers import Broker, mosquitto  # noqa: F401  (fixture)
-from ingest_harness import ingest_settings, retain, rig
+from daemon_harness import daemon_running
+from ingest_harness import ManualClock, ingest_settings, retain, rig, until
+from streamguard.ingest.stream import IngestHub
 
 Msg = tuple[str, str]
 
@@ -208,7 +212,7 @@ async def test_privacy_button_marks_the_current_step(mosquitto: Broker, tmp_path
             await r.tick()
         marks = r.runtime.core.status()["open_marks"] + list(r.runtime.core.status()["finished_marks"])
         assert [(m["seq"], m["source"]) for m in marks] == [(3, "flag")]
-        assert r.hub.status("s")["button_presses"] == 1  # type: ignore[index]
+        assert r.hub.streams["s"].local_counters()["button_presses"] == 1
         records = await r.wait_records(6)
         assert records[3]["ts"] == r.ticks[3] and records[3]["redacted"]  # the private step itself
 
@@ -234,5 +238,48 @@ async def test_periodic_source_steps_per_message(mosquitto: Broker, tmp_path: Pa
         assert [(rec["ts"], rec["value"]) for rec in records] == [
             (base, -40.0), (base + 10, 18.0), (base + 20, 18.0), (base + 30, -40.0)]
         assert r.runtime.core.next_phys == 6  # 5 readings + the missing slot at base + 40
-        assert r.hub.status("s")["retained_skipped"] == 1  # type: ignore[index]
+        assert r.hub.streams["s"].local_counters()["retained_skipped"] == 1
         assert "stated periodic" in r.hub.status("s")["timing"]  # type: ignore[index]
+
+
+async def test_a_broker_restart_makes_steps_unknown_until_a_fresh_reading(mosquitto: Broker,  # noqa: F811
+                                                                          tmp_path: Path) -> None:
+    """The device's broker restarts (without persistence: its retained state is gone). Messages
+    sent meanwhile are lost, so the held reading is not trusted: the steps are ``disconnected``
+    while the daemon is away and ``no-reading`` after, until the sensor reports again."""
+    settings = ingest_settings(mosquitto.broker_config(), tmp_path,
+                               {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
+                                "values": {"true": "occupied", "false": "vacant"}},
+                               labels=["vacant", "occupied"], sample_period=1.0)
+    clock = ManualClock(float(int(time.time())) + 0.5)
+    hub = IngestHub(settings, clock=clock, sleep=clock.sleep)
+    resampler = hub.streams["s"].resampler
+    assert resampler is not None
+
+    async def report(payload: str) -> None:
+        before = hub.routed
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="sensor") as c:
+            await c.publish("zigbee2mqtt/hall", payload.encode(), qos=1)
+        await until(lambda: hub.routed > before, "the daemon to route the report")
+
+    async def tick() -> None:
+        rt = daemon.runtimes["s"]
+        before = rt.counters.accepted + sum(rt.counters.rejected.values())
+        clock.advance_to(math.floor(clock.t) + 1.0)
+        await until(lambda: rt.counters.accepted + sum(rt.counters.rejected.values()) > before, "a step")
+
+    async with daemon_running(settings, ingest=hub) as (daemon, _stop, _task):
+        await until(lambda: daemon._claimed, "the daemon online")
+        await report('{"occupancy":true,"linkquality":50}')
+        await tick()
+        mosquitto.stop()
+        await until(lambda: not resampler.connected, "the daemon to notice the broker is gone")
+        await tick()
+        mosquitto.start()
+        await until(lambda: resampler.connected, "the daemon back", timeout=30)
+        await tick()
+        await report('{"occupancy":false,"linkquality":52}')
+        await tick()
+        rt = daemon.runtimes["s"]
+        assert rt.counters.accepted == 2
+        assert dict(rt.counters.rejected) == {"disconnected": 1, "no-reading": 1}

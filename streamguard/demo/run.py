@@ -224,7 +224,7 @@ async def run_demo(duration: float, rate: float, seed: int, broker: tuple[str, i
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
         elapsed = time.monotonic() - t0
-        out.write("\n" + _summary(watch, counts.as_dict(), elapsed) + "\n")
+        out.write("\n" + _summary(watch, counts.as_dict(), elapsed, len(hall_sent)) + "\n")
         problems = _check(watch, truth) + check_hall(watch.records.get(HALL, []), hall_sent)
         if watch.bad_payloads:
             problems.append(f"{watch.bad_payloads} published payloads were not JSON")
@@ -233,7 +233,7 @@ async def run_demo(duration: float, rate: float, seed: int, broker: tuple[str, i
     return 1
 
 
-def _summary(watch: Watch, sent: dict[str, Any], elapsed: float) -> str:
+def _summary(watch: Watch, sent: dict[str, Any], elapsed: float, hall_sent: int) -> str:
     lines = [f"summary after {elapsed:.1f} s (device status: {watch.status.get('state', '?')})"]
     for s in STREAMS:
         pv = watch.privacy.get(s.name, {})
@@ -259,7 +259,7 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float) -> str:
                          f"the paper's Σε would be {agg['models'][0]['paper']['thm_III7_sum'].get('epsilon', '—')}")
     hall = watch.records.get(HALL, [])
     ingest = watch.privacy.get(HALL, {}).get("ingest") or {}
-    lines.append(f"  {HALL}: {ingest.get('messages', 0)} zigbee2mqtt messages in, {len(hall)} records out on the "
+    lines.append(f"  {HALL}: {hall_sent} zigbee2mqtt messages sent, {len(hall)} records out on the "
                  f"0.2 s grid ({sum(r['redacted'] for r in hall)} redacted), unknown steps "
                  f"{ingest.get('unknown_steps', {})}")
     lines.append(f"  simulator sent: {sent}")

@@ -34,8 +34,14 @@ def _need(spec: TopicSpec, *keys: str) -> None:
 
 
 def _preset_parts(spec: TopicSpec) -> tuple[tuple[Route, ...], TimestampSpec | None, Availability | None]:
-    """The preset's reading routes, timestamp source and availability."""
+    """The preset's reading routes, timestamp source and availability. A device (or component)
+    with a wildcard would merge several sensors into one chain: refused (rtl_433's host aside,
+    where ``match`` picks the sensor)."""
     p, dev = spec.preset, spec.device
+    for key in ("device", "component", "base"):
+        value = getattr(spec, key)
+        if value is not None and ("+" in value or "#" in value) and not (p == "rtl_433" and key == "device"):
+            raise PresetError(f"{key} must name one sensor (no + or #)")
     if p == "zigbee2mqtt":
         _need(spec, "device", "field")
         base = spec.base or "zigbee2mqtt"

@@ -15,6 +15,9 @@ step, it is counted by reason, never guessed — when
 - ``offline``: the availability topic says offline (or sends a payload that is neither online nor
   offline: fail closed). A device that comes back needs a fresh reading: the held one may have
   changed while it was away;
+- ``disconnected``: the daemon's own connection to the broker is down — messages sent meanwhile are
+  lost, so after it is back only a fresh reading counts (a retained state redelivered on the new
+  subscription is one);
 - ``stale``: the held reading's time (its payload time, else its receive time) is more than
   ``stale_after`` seconds before g_n;
 - the last message could not be read (``unmapped``, ``missing-field``, ``bad-ts``, ``not-json``…).
@@ -56,19 +59,20 @@ class _Observation:
     reading: Reading | Unreadable | None = None
     online: bool | None = None
     press: bool = False
+    connected: bool | None = None
 
 
 @dataclass
 class ResamplerCounters:
+    """Counts of one stream's resampler. Only ``unknown`` (counted per tick) may be published:
+    ``late`` and ``presses`` count raw messages, whose times are the sensor's (stream.py)."""
+
     #: Unknown steps by reason.
     unknown: Counter[str] = field(default_factory=Counter)
-    #: Readings older than the held one (ignored). Not in :meth:`as_dict` (the published status):
-    #: it rises when such a message arrives, at the sensor's event times.
+    #: Readings older than the held one (ignored).
     late: int = 0
     presses: int = 0
 
-    def as_dict(self) -> dict[str, object]:
-        return {"unknown_steps": dict(self.unknown), "button_presses": self.presses}
 
 
 class Resampler:
@@ -80,6 +84,7 @@ class Resampler:
         self.counters = ResamplerCounters()
         self._held: Reading | Unreadable | None = None
         self._online = True  # until the availability topic says otherwise (it may never speak)
+        self._connected = True
         self._press = False
         self._pending: deque[_Observation] = deque()
 
@@ -87,11 +92,16 @@ class Resampler:
     def reading(self, r: Reading | Unreadable, recv: float) -> None:
         self._queue(_Observation(recv, reading=r))
 
+    @property
+    def connected(self) -> bool:
+        """The daemon's broker connection as last reported (applied, or waiting for its tick)."""
+        return next((o.connected for o in reversed(self._pending) if o.connected is not None), self._connected)
+
     def holds_reading(self) -> bool:
         """Will a reading be held once what has arrived is applied?"""
         held = isinstance(self._held, Reading)
         for o in self._pending:
-            if o.online is False:
+            if o.online is False or o.connected is not None:
                 held = False
             if o.reading is not None:  # (a late reading is ignored, but then a reading was held)
                 held = isinstance(o.reading, Reading)
@@ -103,6 +113,10 @@ class Resampler:
     def press(self, recv: float) -> None:
         self._queue(_Observation(recv, press=True))
 
+    def connection(self, up: bool, recv: float) -> None:
+        """The daemon's broker connection went down (``up`` False) or came back (True)."""
+        self._queue(_Observation(recv, connected=up))
+
     def _queue(self, obs: _Observation) -> None:
         self._pending.append(obs)
         while len(self._pending) > MAX_PENDING:
@@ -112,6 +126,9 @@ class Resampler:
         if obs.press:
             self._press = True
             self.counters.presses += 1
+        if obs.connected is not None:
+            self._connected = obs.connected
+            self._held = None  # what was held may have changed unseen: only a fresh reading counts
         if obs.online is not None:
             if not obs.online:
                 self._held = None  # when it comes back, only a fresh reading counts
@@ -130,8 +147,10 @@ class Resampler:
             self._apply(self._pending.popleft())
         private, self._press = self._press, False
         held = self._held
-        if not self._online:
-            reason: str | None = "offline"
+        if not self._connected:
+            reason: str | None = "disconnected"
+        elif not self._online:
+            reason = "offline"
         elif held is None:
             reason = "no-reading"
         elif isinstance(held, Unreadable):

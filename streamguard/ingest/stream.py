@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -36,12 +37,15 @@ from .presets import resolve, resolve_button
 from .recorder import StepRecorder
 from .resampler import Resampler, Sample
 
+log = logging.getLogger(__name__)
+
 #: What a step is handed to the runtime as: frame bytes, or the rejection of an unknown reading.
 StepInput = bytes | Rejection
 NOW_COMMAND = b'{"private":"now"}'
 
 _UNKNOWN_MESSAGES = {
     "no-reading": "no reading received yet",
+    "disconnected": "the daemon is not connected to the broker",
     "offline": "the device is offline",
     "stale": "the held reading is older than stale_after",
 }
@@ -65,6 +69,7 @@ class IngestStream:
             self.resampler = Resampler(cfg.sample_period, stale_after=cfg.stale_after)
         self.recorder = None if cfg.record is None else StepRecorder(
             cfg.record.steps_file, max_steps=cfg.record.max_steps, stream=cfg.name)
+        self.messages = 0
         self.retained_skipped = 0
         self.missed_ticks = 0
 
@@ -80,17 +85,20 @@ class IngestStream:
         ("command", bytes) — nothing for a resampled stream, whose steps come from :meth:`tick`."""
         out: list[tuple[str, StepInput]] = []
         if self.button is not None and not retain and pressed(self.button, self.presses, topic, payload):
+            self.messages += 1
             if self.resampler is not None:
                 self.resampler.press(now)
             else:
                 out.append(("command", NOW_COMMAND))
         online = self.extractor.availability(topic, payload)
         if online is not None:
+            self.messages += 1
             if self.resampler is not None:
                 self.resampler.availability(online, now)
         reading = self.extractor.reading(topic, payload, recv=now)
         if reading is None:
             return out
+        self.messages += 1
         if self.resampler is not None:
             if retain and self.resampler.holds_reading():
                 self.retained_skipped += 1  # redelivered on a reconnect: maybe older than what is held
@@ -120,28 +128,33 @@ class IngestStream:
         return json.dumps({"value": s.value, "ts": s.ts, "private": s.private}, separators=(",", ":")).encode()
 
     def status(self) -> dict[str, Any]:
-        """What the privacy status says about the stream's input: its configuration and counts of
-        steps, no reading, no payload — and no count of the source's messages: the status is
-        refreshed every few seconds and leaves the device (deploy/mosquitto bridges it), and a
-        count of on-change messages rises at the sensor's event times, which the resampler hides."""
-        doc: dict[str, Any] = {
-            "preset": self.mapping.preset,
-            "topics": self.filters(),
-        }
+        """What the published privacy status says about the stream's input: the mapping, the timing
+        and the unknown steps by reason — counted per tick, so value-independent in their times.
+        Nothing counted per raw message is published: the count of an on-change sensor's messages,
+        refreshed with the status every few seconds, would tell when its value changed (notes/
+        sensor-ecosystem.md §4); those counts are in :meth:`local_counters`, for the log."""
+        doc: dict[str, Any] = {"preset": self.mapping.preset, "topics": self.filters()}
         if self.resampler is not None:
             doc["timing"] = (f"resampled: one step per {self.cfg.sample_period:g} s tick of the wall-clock grid, "
                              "stamped with the tick (publish times depend on the grid only)")
             doc["sample_period"] = self.cfg.sample_period
             doc["stale_after"] = self.cfg.stale_after
             doc["missed_ticks"] = self.missed_ticks
-            doc.update(self.resampler.counters.as_dict())
+            doc["unknown_steps"] = dict(self.resampler.counters.unknown)
         else:
             doc["timing"] = ("stated periodic by the operator (not checked): each message is a step; "
                              "if the source reports on change, its message times reveal the changes")
-        doc["retained_skipped"] = self.retained_skipped
         return doc
 
+    def local_counters(self) -> dict[str, int]:
+        """Counts of raw messages (never published; logged once at shutdown)."""
+        out = {"messages": self.messages, "retained_skipped": self.retained_skipped}
+        if self.resampler is not None:
+            out |= {"late_readings": self.resampler.counters.late, "button_presses": self.resampler.counters.presses}
+        return out
+
     def close(self) -> None:
+        log.info("stream %s: sensor messages %s", self.name, self.local_counters())
         if self.recorder is not None:
             self.recorder.close()
 
@@ -187,6 +200,14 @@ class IngestHub:
 
             tasks.append(run_grid(s.resampler.period, on_tick, clock=self.clock, sleep=self.sleep, on_missed=missed))
         return tasks
+
+    def connection(self, up: bool) -> None:
+        """The daemon's control connection (which carries the sensors' messages) went down or
+        came back: the resampled streams' held readings are no longer known (resampler.py)."""
+        now = self.clock()
+        for s in self.streams.values():
+            if s.resampler is not None:
+                s.resampler.connection(up, now)
 
     def status(self, stream: str) -> dict[str, Any] | None:
         s = self.streams.get(stream)

@@ -273,6 +273,7 @@ class Daemon:
         s = self.settings
         status_topic = s.topic("status")
         self._status_checked.clear()
+        self.ingest.connection(True)  # (a sensor's messages sent while we were away are lost)
         # the status first: its retained message (delivered after this SUBACK) is the takeover check
         await t.subscribe(status_topic)
         for rt in self.runtimes.values():
@@ -308,6 +309,7 @@ class Daemon:
                 else:
                     await self.handle_frame(name, msg.payload)
         finally:
+            self.ingest.connection(False)
             await _stop_tasks([status], TASK_STOP_TIMEOUT)
 
     async def _ingest_message(self, msg: Message) -> None:

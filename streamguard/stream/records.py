@@ -40,6 +40,7 @@ REASONS = (
     # steps of a mapped sensor (streamguard/ingest) whose reading is unknown
     "no-reading",
     "offline",
+    "disconnected",
     "stale",
     "unmapped",
     "missing-field",
