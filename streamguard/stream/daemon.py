@@ -13,6 +13,10 @@ Tasks (DESIGN.md §6):
   streamguard/ingest): the control connection also subscribes to the sensor's topics, whose
   messages update the stream's resampler, and this task takes one step per tick of the stream's
   ``sample_period`` grid (issue 10).
+- **Home Assistant discovery** (``[homeassistant]``, stream/hass.py): once online on a
+  connection, the control connection publishes the retained discovery configs (and deletes those
+  of removed streams); it also subscribes to ``<prefix>/status`` and re-sends them when Home
+  Assistant announces ``online``.
 
 Every decision is stored in the outbox (with the redaction rows used and the open marks) before
 it can be published — by one writer task that commits whatever has queued up as one group; a retry resends the stored bytes, never a new draw. A decision is queued for the writer in the
