@@ -67,10 +67,10 @@ def in_row_set(counts: NDArray[np.int64], row: NDArray[np.float64], threshold: f
     return row_log_likelihood(counts, row) > threshold
 
 
-def _profile(n_j: float, rest: NDArray[np.float64], x: float) -> float:
-    """f(x) of the module docstring: the best log-likelihood with p_j = x."""
-    big = float(rest.sum())
-    val = 0.0
+def _profile(n_j: float, big: float, const: float, x: float) -> float:
+    """f(x) of the module docstring: the best log-likelihood with p_j = x (``big`` = N_{−j},
+    ``const`` = Σ_{l≠j} n_l log(n_l / N_{−j}))."""
+    val = const
     if n_j > 0:
         if x <= 0.0:
             return -math.inf
@@ -78,7 +78,7 @@ def _profile(n_j: float, rest: NDArray[np.float64], x: float) -> float:
     if big > 0:
         if x >= 1.0:
             return -math.inf
-        val += big * math.log1p(-x) + float(np.sum(rest[rest > 0] * np.log(rest[rest > 0] / big)))
+        val += big * math.log1p(-x)
     return val
 
 
@@ -90,12 +90,17 @@ def entry_bounds(counts: NDArray[np.int64], threshold: float) -> NDArray[np.floa
     out = np.zeros((n.shape[0], 2))
     for j in range(n.shape[0]):
         rest = np.delete(n, j)
-        inside = n[j] / N if N > 0 else 0.5  # the MLE, or any point when there is no data
-        if not _profile(n[j], rest, inside) > threshold:
-            inside = (n[j] + MIX) / (N + MIX * n.shape[0])  # pragma: no cover - the MLE is always inside
+        big = float(rest.sum())
+        const = float(np.sum(rest[rest > 0] * np.log(rest[rest > 0] / big))) if big > 0 else 0.0
+        n_j = float(n[j])
+
+        def f(x: float) -> float:
+            return _profile(n_j, big, const, x)
+
+        inside = n_j / N if N > 0 else 0.5  # the MLE (always inside), or any point with no data
         bounds = []
         for edge in (0.0, 1.0):
-            if _profile(n[j], rest, edge) > threshold:
+            if f(edge) > threshold:
                 bounds.append(edge)
                 continue
             a, b = inside, edge  # a inside, b outside
@@ -103,7 +108,7 @@ def entry_bounds(counts: NDArray[np.int64], threshold: float) -> NDArray[np.floa
                 mid = 0.5 * (a + b)
                 if mid == a or mid == b:
                     break
-                if _profile(n[j], rest, mid) > threshold:
+                if f(mid) > threshold:
                     a = mid
                 else:
                     b = mid
