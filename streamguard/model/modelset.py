@@ -148,8 +148,9 @@ class ModelSet:
         """Write MODEL.json (created private: it describes the sensor's behaviour)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        private_file(tmp)  # created 0600 before anything is written
         tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        private_file(tmp)
         tmp.replace(path)
 
 

@@ -149,9 +149,10 @@ def stream_windows(plan: StreamPlan) -> list[Window]:
              np.vstack([plan.right.red[: plan.right_horizon], stop]))]
 
 
-def chain_windows(plan: RedactionPlan) -> list[Window]:
-    """A finite plan's windows: for each private record, the rows outward to each end."""
-    return [(plan.red[p - 1 :: -1] if p else plan.red[:0], plan.red[p + 1 :]) for p in plan.private]
+def chain_windows(red: NDArray[np.float64], private: Sequence[int]) -> list[Window]:
+    """A finite chain's windows: for each private record (0-based) of the (n, 2) redaction rows
+    ``red``, the rows outward to each end."""
+    return [(red[p - 1 :: -1] if p else red[:0], red[p + 1 :]) for p in private]
 
 
 def _redactions(red_rows: NDArray[np.float64], law: NDArray[np.float64]) -> float:
@@ -185,6 +186,20 @@ class RobustStreamPlan:
     point_plan: StreamPlan | None  # the plan designed on the point estimate alone, for comparison
     point_expected_redacted: float | None
     point_worst: WorstCase | None  # that plan's worst case over the set
+
+    def evaluation_plan(self) -> StreamPlan:
+        """The same table with the worst member found as its chain: the daemon's privatizer computes
+        its per-mark figures (late marks, the stream's start, restarts) exactly under this member —
+        a single member, not a certificate over the set (docs/model-sets.md §5)."""
+        member = self.worst.member or self.design_member
+        return StreamPlan(MarkovChain.binary(*member), self.plan.epsilon, self.plan.design, self.plan.left,
+                          self.plan.right)
+
+    def status(self) -> dict[str, Any]:
+        """What the privacy status says about the model set and the plan's worst case."""
+        return {**self.model_set.describe(), "worst_case": self.worst.as_dict(),
+                "utility_cost_per_mark": None if self.point_expected_redacted is None
+                else self.expected_redacted - self.point_expected_redacted}
 
     def as_dict(self) -> dict[str, Any]:
         return {"model_set": self.model_set.describe(), "worst_case": self.worst.as_dict(),
@@ -287,7 +302,7 @@ def robust_redaction_plan(model_set: ModelSet, n: int, private: Sequence[int], e
     for cand in _candidates(model_set):
         got = _largest_certified(
             lambda e, c=cand: plan_redaction(c, n, private, e, design=design, split=split, threshold=threshold),
-            lambda p: worst_leakage(model_set, chain_windows(p), target=eps), eps)
+            lambda p: worst_leakage(model_set, chain_windows(p.red, p.private), target=eps), eps)
         if got is not None and (best is None or utility(got[0]) > utility(best[0]) + 1e-12):
             best = (got[0], got[1], (cand.alpha, cand.beta))
     if best is None:  # nothing certified: redact every record (a plan that releases nothing leaks 0)
@@ -301,5 +316,5 @@ def robust_redaction_plan(model_set: ModelSet, n: int, private: Sequence[int], e
     if model_set.point is not None:
         point_u = utility(plan_redaction(model_set.point, n, private, eps, design=design, split=split,
                                          threshold=threshold))
-    return RobustChainPlan(plan, model_set, worst_leakage(model_set, chain_windows(plan)), member, e_design,
+    return RobustChainPlan(plan, model_set, worst_leakage(model_set, chain_windows(plan.red, plan.private)), member, e_design,
                            utility(plan), point_u)

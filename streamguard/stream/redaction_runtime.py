@@ -13,6 +13,7 @@ from ..config import Settings, StreamConfig
 from ..redaction.plan import StreamPlan, plan_stream
 from ..sampling import BitSource
 from ..ledger.events import RedactionEvent
+from ..model.robust import RobustStreamPlan, robust_stream_plan
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection
 from .steps import StepTracker
@@ -31,7 +32,14 @@ class RedactionRuntime(StreamRuntime):
                  aggregate_source: BitSource | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
-        self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
+        #: The model set the plan is robust over (None: the single configured chain).
+        self.model_set = cfg.model_set()
+        self.robust: RobustStreamPlan | None = None
+        if self.model_set is None:
+            self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
+        else:
+            self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
+            self.plan = self.robust.evaluation_plan()
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                      first_seq=resume.first_seq, first_phys=resume.first_phys,
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
@@ -200,10 +208,14 @@ class RedactionRuntime(StreamRuntime):
         """The retained privacy status: model, budget, plan, marks and counters."""
         chain = self.plan.chain
         core = self.core.status()
+        robust = {} if self.robust is None else {
+            "guarantee": "ε-LDP about each private position under every chain of the stated model set",
+            "model_set": self.robust.status()}
         return {
             "stream": self.name,
             "guarantee": "ε-LDP about each private position under the stated Markov model",
             "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary},
+            **robust,
             "mechanism": "3R redaction (paper 000, corrected)",
             "epsilon": self.plan.epsilon,
             "design": self.plan.design,
