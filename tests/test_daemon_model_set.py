@@ -27,7 +27,7 @@ LABELS = ("closed", "open")
 TRUE = MarkovChain.binary(0.1, 0.2)
 
 
-async def test_daemon_runs_the_robust_plan_of_a_calibrated_model_set(mosquitto: Broker, tmp_path: Path) -> None:
+async def test_daemon_runs_the_robust_plan_of_a_calibrated_model_set(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
     recording = SimDevice("rec", [SimStream("door", TRUE, rate=0.1, seed=5, emission=Labels(LABELS))])
     cal = tmp_path / "door.jsonl"
     cal.write_text("\n".join(f.payload.decode() for f in recording.frames(count=3000)) + "\n")
