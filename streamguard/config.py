@@ -268,6 +268,10 @@ class StreamConfig(_Strict):
     #: Without it every distinct timestamp is a step.
     sample_period: float | None = Field(None, gt=0, le=86_400, allow_inf_nan=False)
     sim_rate: float = Field(10.0, gt=0, le=100_000)  # frames/s of a ``source = "sim"`` stream
+    #: The drift guard (streamguard.model.drift): None = on for a model set (file or calibration),
+    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate over the stream's life.
+    drift_guard: bool | None = None
+    drift_false_alarm: float = Field(1e-3, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:

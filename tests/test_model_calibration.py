@@ -12,7 +12,7 @@ from scipy.stats import binom
 
 from streamguard.chain import MarkovChain, ModelError
 from streamguard.model.calibrate import TransitionData, read_transitions
-from streamguard.model.confidence import entry_bounds, in_row_set, row_threshold
+from streamguard.model.confidence import entry_bounds, excludes_range, in_row_set, row_threshold
 from streamguard.model.modelset import from_calibration, from_json, load
 from streamguard.stream.records import StateMap
 
@@ -145,3 +145,17 @@ def test_coverage_of_the_simultaneous_region(alpha, beta, n, k):
         ms = from_calibration(TransitionData(_counts(x[:, r], k)), 0.9)
         misses += not ms.contains(chain)
     assert misses <= binom.isf(1e-6, runs, 0.1)
+
+
+def test_range_exclusion_agrees_with_the_entry_bounds():
+    rng = np.random.default_rng(6)
+    for _ in range(300):
+        counts = rng.integers(0, 60, size=3) * (rng.random(3) < 0.8)
+        c = row_threshold(counts, 0.05)
+        b = entry_bounds(counts, c)
+        j = int(rng.integers(3))
+        lo = float(rng.uniform(0, 1))
+        hi = min(1.0, lo + float(rng.uniform(0, 0.3)))
+        disjoint = b[j, 1] < lo or b[j, 0] > hi
+        if min(abs(b[j, 1] - lo), abs(b[j, 0] - hi)) > 1e-9:  # away from the bisection's rounding
+            assert excludes_range(counts, c, j, lo, hi) == disjoint

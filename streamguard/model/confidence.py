@@ -115,3 +115,18 @@ def entry_bounds(counts: NDArray[np.int64], threshold: float) -> NDArray[np.floa
             bounds.append(b)
         out[j] = bounds
     return out
+
+
+def excludes_range(counts: NDArray[np.int64], threshold: float, j: int, lo: float, hi: float) -> bool:
+    """Is the row set's projection on entry j disjoint from [lo, hi]? f (module docstring) is
+    concave with its maximum at the MLE, so its maximum over [lo, hi] is at the MLE clamped into
+    [lo, hi]: one evaluation, exact."""
+    n = np.asarray(counts, dtype=np.float64)
+    N = float(n.sum())
+    if N == 0:
+        return False
+    rest = np.delete(n, j)
+    big = float(rest.sum())
+    const = float(np.sum(rest[rest > 0] * np.log(rest[rest > 0] / big))) if big > 0 else 0.0
+    x = min(max(n[j] / N, lo), hi)
+    return not _profile(float(n[j]), big, const, x) > threshold

@@ -181,6 +181,8 @@ class StreamPrivatizer:
     #: The law of the stream's first record (and of the first after a sensor restart), when the
     #: configuration declares it; None: any law (the guarantee holds for all of them).
     initial: NDArray[np.float64] | None = None
+    #: Why marks are failing closed (set by :meth:`fail_closed`), None while the model holds.
+    closed_reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.delay is None:
@@ -379,8 +381,25 @@ class StreamPrivatizer:
             mark.right = right.red[: right.horizon]
         return self._add(self._settle(mark))
 
+    def fail_closed(self, reason: str) -> None:
+        """From now on every mark's undecided window is fully redacted and the mark is reported as
+        not honoured with ``reason`` (the drift guard fired: the model may no longer hold)."""
+        self.closed_reason = reason
+        for m in self._marks:
+            self._close(m)
+            self.mark_events.append(m)
+
+    def _close(self, mark: Mark) -> None:
+        mark.left = np.ones_like(mark.left)  # new arrays: the plan's own rows are never written
+        mark.right = np.ones_like(mark.right)
+        mark.honoured = False
+        mark.reason = self.closed_reason
+        mark.leakage = self._committed(mark)
+
     def _add(self, mark: Mark) -> Mark:
-        """An open mark: its window is still being decided."""
+        """An open mark: its window is still being decided (fully redacted after :meth:`fail_closed`)."""
+        if self.closed_reason is not None:
+            self._close(mark)
         self._marks.append(mark)
         self.mark_events.append(mark)
         return mark

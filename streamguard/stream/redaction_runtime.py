@@ -13,7 +13,10 @@ from ..config import Settings, StreamConfig
 from ..redaction.plan import StreamPlan, plan_stream
 from ..sampling import BitSource
 from ..ledger.events import RedactionEvent
+from ..model.drift import DriftGuard
+from ..model.modelset import ModelSet
 from ..model.robust import RobustStreamPlan, robust_stream_plan
+from ..quilt.release import AggregateRelease
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection
 from .steps import StepTracker
@@ -46,6 +49,10 @@ class RedactionRuntime(StreamRuntime):
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
         self.plan_leakage = self.plan.leakage()
+        guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
+        guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
+        #: The drift guard, reading only what is released unchanged (streamguard.model.drift).
+        self.drift = DriftGuard(guarded, cfg.drift_false_alarm) if guard_on else None
         self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
@@ -132,7 +139,24 @@ class RedactionRuntime(StreamRuntime):
                 self.counters.redacted += 1
             else:
                 self.counters.released += 1
+            if self.drift is not None and self.drift.released(r.phys, r.state, r.row):
+                self._on_drift()
         return releases
+
+    def _on_drift(self) -> None:
+        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING."""
+        assert self.drift is not None
+        log.warning("stream %s: DRIFT — the live chain has left the model set (sequential test, false-alarm rate "
+                    "%g, after %d observed transitions): marks' windows are now fully redacted and aggregates "
+                    "stop; re-calibrate and restart the daemon", self.name, self.drift.false_alarm,
+                    self.drift.transitions)
+        self.core.fail_closed("drift: the live chain left the model set; the window is fully redacted but no "
+                              "guarantee is stated outside the set")
+
+    def take_aggregates(self) -> list[tuple[int, AggregateRelease]]:
+        """Aggregate releases to publish — none once the drift guard has fired (they are dropped)."""
+        out = super().take_aggregates()
+        return [] if self.drift is not None and self.drift.alarm else out
 
     def take_decisions(self) -> list[tuple[int, float, float]]:
         """The redaction rows used since the last call, (physical index, r0, r1), for the outbox."""
@@ -208,6 +232,7 @@ class RedactionRuntime(StreamRuntime):
         """The retained privacy status: model, budget, plan, marks and counters."""
         chain = self.plan.chain
         core = self.core.status()
+        drift = {} if self.drift is None else {"drift": self.drift.status()}
         robust = {} if self.robust is None else {
             "guarantee": "ε-LDP about each private position under every chain of the stated model set",
             "model_set": self.robust.status()}
@@ -216,6 +241,7 @@ class RedactionRuntime(StreamRuntime):
             "guarantee": "ε-LDP about each private position under the stated Markov model",
             "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary},
             **robust,
+            **drift,
             "mechanism": "3R redaction (paper 000, corrected)",
             "epsilon": self.plan.epsilon,
             "design": self.plan.design,
