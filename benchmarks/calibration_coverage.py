@@ -107,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None, help="calibrations per cell (default 200; 30 with --quick)")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence of the region (default 0.95)")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--lengths", help="calibration lengths, comma-separated (default 1000,3000,10000,30000,100000)")
     args = parser.parse_args(argv)
     runs = args.runs or (30 if args.quick else 200)
     chains = CHAINS[:3] if args.quick else CHAINS
-    lengths = [1_000, 10_000] if args.quick else LENGTHS
+    lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else ([1_000, 10_000] if args.quick else LENGTHS)
     rng = np.random.default_rng(args.seed)
     cells = []
     for a, b in chains:
