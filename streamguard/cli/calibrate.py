@@ -14,16 +14,14 @@ import numpy as np
 from ..model.calibrate import read_transitions
 from ..model.modelset import ModelSet, from_calibration
 from ..stream.records import StateMap
-from .common import CliError
+from .common import CliError, read_text
 
 
 def _stream_states(config: Path, name: str) -> tuple[StateMap, float | None]:
     """Labels or bins and the sample period of stream ``name`` in a TOML config. Read directly (not
     through the full validation): the stream's model may be the very file being calibrated."""
     try:
-        doc = tomllib.loads(config.read_text())
-    except OSError as exc:
-        raise CliError(f"cannot read {config}: {exc.strerror}") from None
+        doc = tomllib.loads(read_text(config))
     except tomllib.TOMLDecodeError:
         raise CliError(f"{config}: not valid TOML") from None
     streams = doc.get("streams") if isinstance(doc.get("streams"), list) else []

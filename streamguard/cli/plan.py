@@ -20,7 +20,7 @@ from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from ..redaction.design import DESIGNS
 from ..redaction.plan import RedactionPlan, plan_redaction, plan_stream
 from . import robust
-from .common import CliError, json_arg
+from .common import CliError, json_arg, read_text
 
 
 def _split_arg(text: str) -> str | float:
@@ -216,9 +216,7 @@ def _load_channels(doc: dict[str, Any]) -> ChannelSequence:
 def cmd_audit(args: argparse.Namespace) -> int:
     path = Path(args.file)
     try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+        doc = json.loads(read_text(path))
     except json.JSONDecodeError:
         raise CliError(f"{path}: not valid JSON") from None
     if not isinstance(doc, dict):

@@ -25,6 +25,13 @@ def _load(args: argparse.Namespace) -> modelset.ModelSet:
     return ms
 
 
+def _printed_json(args: argparse.Namespace, doc: dict[str, Any]) -> bool:
+    """With ``--json``, print ``doc`` as one JSON object and say so."""
+    if args.json:
+        print(json.dumps(doc))
+    return bool(args.json)
+
+
 def _wc_line(wc: Any, epsilon: float) -> str:
     who = "" if wc.member is None else f", attained {wc.attained:.9f} at α={wc.member[0]:.6g}, β={wc.member[1]:.6g}"
     cert = "exact over the finite set" if wc.boxes == 0 else f"certified over {wc.boxes} sub-box(es)"
@@ -43,8 +50,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
         doc = {"stream": True, "epsilon": args.epsilon, "design": args.design, **rp.as_dict(),
                "split": [rp.plan.left.budget, rp.plan.right.budget],
                "offsets": rp.plan.offsets().tolist(), "redaction": rp.plan.table().tolist()}
-        if args.json:
-            print(json.dumps(doc))
+        if _printed_json(args, doc):
             return 0
         print(f"robust 3R stream plan over the model set ({ms.kind}), ε={args.epsilon:g} nats, design {args.design}")
         print(_wc_line(rp.worst, args.epsilon))
@@ -70,8 +76,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
            "design_budget": rc.design_budget, "redaction": rc.plan.red.tolist(),
            "utility": rc.utility, "point_estimate_utility": rc.point_utility,
            "utility_cost": None if rc.point_utility is None else rc.point_utility - rc.utility}
-    if args.json:
-        print(json.dumps(doc))
+    if _printed_json(args, doc):
         return 0
     print(f"robust 3R plan over the model set ({ms.kind}), n={args.n}, ε={args.epsilon:g} nats")
     print(_wc_line(rc.worst, args.epsilon))
@@ -93,8 +98,7 @@ def audit_model(args: argparse.Namespace, seq: ChannelSequence, doc: dict[str, A
         if red[p1 - 1].min() < 1.0:
             raise CliError(f"private position {p1} is not always redacted: its leakage is unbounded")
         results[str(p1)] = worst_leakage(ms, chain_windows(red, [p1 - 1])).as_dict()
-    if args.json:
-        print(json.dumps({"n": seq.n, "model_set": ms.describe(), "worst_case": results}))
+    if _printed_json(args, {"n": seq.n, "model_set": ms.describe(), "worst_case": results}):
         return 0
     print(f"worst case over the model set ({ms.kind}) of {seq.n} redaction rows:")
     for p1, wc in results.items():

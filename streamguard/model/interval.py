@@ -24,94 +24,11 @@ branch-and-bound of :mod:`.robust` uses: split the box until the bound and the b
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import NDArray
 
-from .._jit import kernel
-
-
-@kernel
-def _box_side_kernel(corners, red, out):  # pragma: no cover - compiled
-    """corners: (C,2,2) kernels; red: (D,2) rows outward. out[0] = argmin-ratio vector, out[1] =
-    argmax (normalised). Returns 0, or the distance (1-based) with no possible output."""
-    lo0 = 0.5
-    lo1 = 0.5
-    hi0 = 0.5
-    hi1 = 0.5
-    C = corners.shape[0]
-    for d in range(red.shape[0] - 1, -1, -1):
-        q0 = red[d, 0]
-        q1 = red[d, 1]
-        have = False
-        nlo0 = 0.0
-        nlo1 = 0.0
-        nhi0 = 0.0
-        nhi1 = 0.0
-        for y in range(3):
-            if y == 0:
-                e0 = 1.0 - q0
-                e1 = 0.0
-            elif y == 1:
-                e0 = 0.0
-                e1 = 1.0 - q1
-            else:
-                e0 = q0
-                e1 = q1
-            if e0 == 0.0 and e1 == 0.0:
-                continue
-            for c in range(C):
-                k00 = corners[c, 0, 0]
-                k01 = corners[c, 0, 1]
-                k10 = corners[c, 1, 0]
-                k11 = corners[c, 1, 1]
-                for s in range(2):
-                    if s == 0:
-                        w0 = e0 * lo0
-                        w1 = e1 * lo1
-                    else:
-                        w0 = e0 * hi0
-                        w1 = e1 * hi1
-                    g0 = k00 * w0 + k01 * w1
-                    g1 = k10 * w0 + k11 * w1
-                    t = g0 + g1
-                    if t <= 0.0:
-                        continue
-                    g0 /= t
-                    g1 /= t
-                    if not have:
-                        nlo0 = g0
-                        nlo1 = g1
-                        nhi0 = g0
-                        nhi1 = g1
-                        have = True
-                    else:
-                        if g0 * nlo1 < nlo0 * g1:
-                            nlo0 = g0
-                            nlo1 = g1
-                        if g0 * nhi1 > nhi0 * g1:
-                            nhi0 = g0
-                            nhi1 = g1
-        if not have:
-            return d + 1
-        lo0 = nlo0
-        lo1 = nlo1
-        hi0 = nhi0
-        hi1 = nhi1
-    out[0, 0] = lo0
-    out[0, 1] = lo1
-    out[1, 0] = hi0
-    out[1, 1] = hi1
-    return 0
-
-
-def _log_ratio(v: NDArray[np.float64]) -> float:
-    if v[1] == 0.0:
-        return math.inf
-    if v[0] == 0.0:
-        return -math.inf
-    return math.log(v[0]) - math.log(v[1])
+from ..audit.exact import side_range
+from ..channel import redaction_tables, revealing
 
 
 def corner_kernels(alpha: tuple[float, float], beta: tuple[float, float]) -> NDArray[np.float64]:
@@ -122,15 +39,14 @@ def corner_kernels(alpha: tuple[float, float], beta: tuple[float, float]) -> NDA
 
 def box_side_range(corners: NDArray[np.float64], red: NDArray[np.float64]) -> tuple[float, float]:
     """(lo, hi) of log ρ over the side's outputs and every kernel sequence within the corners' box
-    (module docstring); ``red`` is ordered outward and should end with the record that stands for
-    whatever lies beyond (a released row (0, 0) for a stream; nothing for a finite chain's end)."""
+    (module docstring): the exact audit's kernel with the corners as candidates at every step.
+    ``red`` is ordered outward and should end with the record that stands for whatever lies
+    beyond (a released row (0, 0) for a stream; nothing for a finite chain's end)."""
     if red.shape[0] == 0:
         return 0.0, 0.0
-    out = np.empty((2, 2))
-    bad = _box_side_kernel(corners, np.ascontiguousarray(red, dtype=np.float64), out)
-    if bad:
-        raise ValueError(f"no output is possible at distance {bad} from the private record")
-    return _log_ratio(out[0]), _log_ratio(out[1])
+    tables = redaction_tables(np.ascontiguousarray(red, dtype=np.float64))
+    r = side_range(corners[None], tables, np.arange(red.shape[0]), revealing=revealing(tables))
+    return r.lo, r.hi
 
 
 def box_leakage_bound(corners: NDArray[np.float64], left: NDArray[np.float64], right: NDArray[np.float64]) -> float:

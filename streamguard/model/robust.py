@@ -174,14 +174,20 @@ def _candidates(model_set: ModelSet) -> list[MarkovChain]:
 
 
 @dataclass(frozen=True)
-class RobustStreamPlan:
-    """A stream plan (table by signed distance) certified over a model set."""
+class _Certified:
+    """What every robust plan carries: the set, the certified worst case, and how it was designed."""
 
-    plan: StreamPlan
     model_set: ModelSet
     worst: WorstCase
     design_member: tuple[float, float]
-    design_budget: float  # ε' the table was designed with on ``design_member``
+    design_budget: float  # ε' the plan was designed with on ``design_member``
+
+
+@dataclass(frozen=True)
+class RobustStreamPlan(_Certified):
+    """A stream plan (table by signed distance) certified over a model set."""
+
+    plan: StreamPlan
     expected_redacted: float  # per mark, under the point estimate (outside p itself)
     point_plan: StreamPlan | None  # the plan designed on the point estimate alone, for comparison
     point_expected_redacted: float | None
@@ -269,19 +275,15 @@ def robust_stream_plan(model_set: ModelSet, epsilon: float, *, design: str = "op
         point_plan = plan_stream(model_set.point, eps, design=design, split=split, threshold=threshold)
         point_cost = _stream_cost(point_plan, law)
         point_worst = worst_leakage(model_set, stream_windows(point_plan))
-    return RobustStreamPlan(plan, model_set, final, (cand.alpha, cand.beta), e_design, _stream_cost(plan, law),
+    return RobustStreamPlan(model_set, final, (cand.alpha, cand.beta), e_design, plan, _stream_cost(plan, law),
                             point_plan, point_cost, point_worst)
 
 
 @dataclass(frozen=True)
-class RobustChainPlan:
+class RobustChainPlan(_Certified):
     """A finite-chain plan certified over a model set (``utility`` under the point estimate)."""
 
     plan: RedactionPlan
-    model_set: ModelSet
-    worst: WorstCase
-    design_member: tuple[float, float]
-    design_budget: float
     utility: float
     point_utility: float | None
 
@@ -316,5 +318,5 @@ def robust_redaction_plan(model_set: ModelSet, n: int, private: Sequence[int], e
     if model_set.point is not None:
         point_u = utility(plan_redaction(model_set.point, n, private, eps, design=design, split=split,
                                          threshold=threshold))
-    return RobustChainPlan(plan, model_set, worst_leakage(model_set, chain_windows(plan.red, plan.private)), member, e_design,
-                           utility(plan), point_u)
+    return RobustChainPlan(model_set, worst_leakage(model_set, chain_windows(plan.red, plan.private)), member, e_design,
+                           plan, utility(plan), point_u)
