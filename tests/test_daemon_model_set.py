@@ -81,3 +81,50 @@ async def test_daemon_runs_the_robust_plan_of_a_calibrated_model_set(mosquitto: 
         assert max(exact_leakage(m, seq, H + 1).total for m in members) <= 1.0 + 1e-9
         checked += 1
     assert checked >= 5
+
+
+def test_marks_near_the_start_and_late_marks_are_evaluated_over_the_members(tmp_path: Path) -> None:
+    """The privatizer's per-mark figures with a model set: the worst case over the plan's worst member
+    and the box's corners, never below the true leakage (tests/true_world.py, any initial law) of the
+    rows actually used under any of them; honoured marks stay ≤ ε under them and under random
+    members of the box."""
+    from streamguard.config import Settings
+    from streamguard.model.calibrate import TransitionData
+    from streamguard.sampling import SeededSource
+    from streamguard.stream.redaction_runtime import RedactionRuntime
+    from true_world import transition, worst_over_initial
+
+    model = tmp_path / "MODEL.json"
+    modelset.from_calibration(TransitionData(np.array([[1700, 190], [190, 420]])), 0.99, LABELS).write(model)
+    ms = modelset.load(model)
+    settings = Settings(device="dev", broker={"host": "127.0.0.1"}, outbox={"path": tmp_path / "o.sqlite"},
+                        streams=[{"name": "door", "labels": list(LABELS), "model": {"file": str(model)},
+                                  "epsilon": 1.0, "delay": 2}])
+    rt = RedactionRuntime(settings, settings.streams[0], SeededSource(8))
+    rng = np.random.default_rng(9)
+    rows: dict[int, tuple[float, float]] = {}
+    x = 0
+    for t in range(240):
+        frame = {"value": LABELS[x], "ts": 1.7e9 + t}
+        if t in (1, 5, 150) or rng.random() < 0.015:
+            frame["private"] = True
+        rt.on_frame(json.dumps(frame).encode(), now=1.7e9 + t)
+        if t in (60, 200):
+            rt.on_command(json.dumps({"private": t - 1}).encode())  # late: its left neighbours are out
+        x = int(rng.random() < TRUE.alpha) if x == 0 else int(rng.random() >= TRUE.beta)
+        rows.update({p: (r0, r1) for p, r0, r1 in rt.take_decisions()})
+    rt.drain()
+    rows.update({p: (r0, r1) for p, r0, r1 in rt.take_decisions()})
+    used = np.array([rows[t] for t in range(240)])
+    (a0, a1), (b0, b1) = ms.box
+    evaluated = [rt.plan.chain, *ms.corners()]
+    others = [MarkovChain.binary(rng.uniform(a0, a1), rng.uniform(b0, b1)) for _ in range(3)]
+    marks = rt.privacy_status()["recent_marks"]
+    assert any(m["late"] for m in marks) and any(m["position"] < 10 for m in marks)
+    for mk in marks:
+        p = mk["position"]
+        truths = {c: worst_over_initial(transition(c.alpha, c.beta), used, p).total for c in evaluated + others}
+        reported = float(mk["achieved"]["total"])
+        assert reported >= max(truths[c] for c in evaluated) - 1e-9, (mk, truths)
+        if mk["honoured"]:
+            assert max(truths.values()) <= 1.0 + 1e-9, (mk, truths)

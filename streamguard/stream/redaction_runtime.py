@@ -47,7 +47,8 @@ class RedactionRuntime(StreamRuntime):
                                      first_seq=resume.first_seq, first_phys=resume.first_phys,
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                      restarted=resume.restarted,
-                                     initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
+                                     initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
+                                     members=() if self.model_set is None else tuple(self.model_set.corners()))
         self.plan_leakage = self.plan.leakage()
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
