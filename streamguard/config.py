@@ -275,6 +275,8 @@ class StreamConfig(_Strict):
 
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:
+        if self.drift_guard and self.mechanism != "redaction":
+            raise ValueError("drift_guard: the drift guard watches redaction streams only")
         try:
             smap = self.state_map()
         except ValueError as exc:
@@ -287,6 +289,8 @@ class StreamConfig(_Strict):
         if ms is not None:
             if ms.k != smap.k:
                 raise ValueError(f"the model set has {ms.k} states but {smap.k} labels/bins are configured")
+            if ms.k != 2:
+                raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
             if self.mechanism != "redaction" or self.aggregates:
                 raise ValueError("model: a model set (file or calibration) is supported for redaction streams "
                                  "without aggregates; give a single chain (alpha/beta or matrix) otherwise")

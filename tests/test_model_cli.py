@@ -87,3 +87,28 @@ def test_mqm_takes_a_finite_set_and_refuses_a_region(tmp_path, capsys):
     modelset.ModelSet("box", 2, box=((0.1, 0.2), (0.2, 0.3))).write(box)
     assert main(["mqm", "--model", str(box), "--epsilon", "1", "--stream"]) == 2
     assert "not a finite" in capsys.readouterr().err
+
+
+def test_config_refuses_what_a_model_set_cannot_back(tmp_path):
+    from streamguard.config import ConfigError, load_settings
+
+    fin = tmp_path / "K3.json"
+    modelset.ModelSet("finite", 3, members=(MarkovChain([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]),)).write(fin)
+    box = tmp_path / "B.json"
+    modelset.ModelSet("box", 2, box=((0.1, 0.2), (0.2, 0.3))).write(box)
+    base = 'device = "d"\n[broker]\nhost = "127.0.0.1"\n[[streams]]\nname = "s"\nepsilon = 1.0\n'
+    cases = [(f'labels = ["a", "b", "c"]\n[streams.model]\nfile = "{fin}"\n', "binary"),
+             ('labels = ["a", "b"]\naggregates = [{query = "histogram", window = 10, epsilon = 1.0}]\n'
+              f'[streams.model]\nfile = "{box}"\n', "without aggregates"),
+             (f'labels = ["a", "b"]\n[streams.model]\nfile = "{box}"\nalpha = 0.1\nbeta = 0.2\n', "exactly one"),
+             (f'labels = ["a", "b"]\n[streams.model]\nfile = "{tmp_path / "missing.json"}"\n', "model"),
+             ('labels = ["a", "b"]\nmechanism = "channel"\ndrift_guard = true\n[streams.model]\nalpha = 0.1\n'
+              'beta = 0.2\n', "drift_guard")]
+    for body, words in cases:
+        conf = tmp_path / "c.toml"
+        conf.write_text(base + body)
+        with pytest.raises(ConfigError, match=words):
+            load_settings(conf)
+    conf.write_text(base + f'labels = ["a", "b"]\n[streams.model]\nfile = "{box}"\n')
+    s = load_settings(conf)
+    assert s.streams[0].model_set().box == ((0.1, 0.2), (0.2, 0.3))
