@@ -42,13 +42,13 @@ def _first_alarm(guard: DriftGuard, path: np.ndarray) -> int | None:
 
 
 def test_false_alarm_rate_on_chains_inside_the_set():
-    """40 streams of 5,000 steps of a chain inside the set, guard at δ = 0.1: alarms ≤ the 1 − 1e−6
-    quantile of Binomial(40, 0.1) (false-failure rate ≤ 1e−6 for a guard that keeps its rate)."""
+    """30 streams of 4,000 steps of a chain inside the set, guard at δ = 0.1: alarms ≤ the 1 − 1e−6
+    quantile of Binomial(30, 0.1) (false-failure rate ≤ 1e−6 for a guard that keeps its rate)."""
     ms = from_calibration(CAL, 0.99)
     assert ms.contains(IN_SET)
-    paths = _paths(np.random.default_rng(21), IN_SET, 5000, 40)
-    alarms = sum(_first_alarm(DriftGuard(ms, 0.1), paths[:, r]) is not None for r in range(40))
-    assert alarms <= binom.isf(1e-6, 40, 0.1)
+    paths = _paths(np.random.default_rng(21), IN_SET, 4000, 30)
+    alarms = sum(_first_alarm(DriftGuard(ms, 0.1), paths[:, r]) is not None for r in range(30))
+    assert alarms <= binom.isf(1e-6, 30, 0.1)
 
 
 @pytest.mark.parametrize("drifted,within", [(MarkovChain.binary(0.02, 0.05), 2500), (MarkovChain.binary(0.2, 0.1), 1500)])
