@@ -65,6 +65,7 @@ async def test_daemon_runs_the_robust_plan_of_a_calibrated_model_set(mosquitto: 
     assert "model set" in report["guarantee"]
     box = report["model_set"]
     assert (tuple(box["alpha"]), tuple(box["beta"])) == ms.box and box["worst_case"]["bound"] <= 1.0
+    assert box["id"] == ms.digest()
     assert report["horizons"] == {"left": robust.plan.left_horizon, "right": robust.plan.right_horizon}
     # the true world: the rows used around each finished mark, audited under members of the set
     (a0, a1), (b0, b1) = ms.box
@@ -119,6 +120,9 @@ def test_marks_near_the_start_and_late_marks_are_evaluated_over_the_members(tmp_
     (a0, a1), (b0, b1) = ms.box
     evaluated = [rt.plan.chain, *ms.corners()]
     others = [MarkovChain.binary(rng.uniform(a0, a1), rng.uniform(b0, b1)) for _ in range(3)]
+    rt.mark_records()  # the marks become ledger events
+    events = rt.take_ledger_events()
+    assert events and all(e.plan.endswith(f"robust over model set {ms.digest()}") for e in events)
     marks = rt.privacy_status()["recent_marks"]
     assert any(m["late"] for m in marks) and any(m["position"] < 10 for m in marks)
     for mk in marks:

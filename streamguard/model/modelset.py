@@ -16,6 +16,7 @@ plan for an unbounded stream; the planners say so instead of pretending.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -111,9 +112,15 @@ class ModelSet:
                     out.append(MarkovChain.binary(a, b))
         return out
 
+    def digest(self) -> str:
+        """A short id of the set (SHA-256 of its canonical JSON): names it in the status and ledger."""
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def describe(self) -> dict[str, Any]:
         """A JSON-ready summary (privacy status, ``config check``, ``plan --json``)."""
-        out: dict[str, Any] = {"kind": self.kind, "states": self.k, "confidence": self.confidence}
+        out: dict[str, Any] = {"id": self.digest(), "kind": self.kind, "states": self.k,
+                               "confidence": self.confidence}
         if self.point is not None:
             out["point"] = self.point.matrix.tolist()
         if self.kind == "finite":

@@ -206,11 +206,16 @@ class RedactionRuntime(StreamRuntime):
         assert m.leakage is not None and self.cfg.epsilon is not None  # the privatizer reports every mark's figure
         known = m.phys >= 0
         return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys if known else None,
-                              seq=m.seq, plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon,
+                              seq=m.seq, plan=self._plan_name(), epsilon=self.cfg.epsilon,
                               left=m.leakage.left, right=m.leakage.right, total=m.leakage.total,
                               honoured=m.honoured, reason=m.reason,
                               lo=max(0, m.phys - m.left.shape[0]) if known else None,
                               hi=m.right_end if known else None)
+
+    def _plan_name(self) -> str:
+        """The plan as the ledger names it (with the model set's id when the plan is robust over one)."""
+        name = f"3R:{self.plan.design}"
+        return name if self.model_set is None else f"{name} robust over model set {self.model_set.digest()}"
 
     # -- output -------------------------------------------------------------------------------
     def record(self, r: Release) -> dict[str, Any]:
