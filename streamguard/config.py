@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from .chain import MarkovChain, ModelError
 from .ingest.spec import IngestConfig, RecordConfig
 from .loopback import is_loopback
+from .model.modelset import ModelSet
 from .stream.records import SensitiveField, StateMap
 
 
@@ -75,14 +76,18 @@ class BrokerConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """The Markov model: (alpha, beta) for a binary chain, a full transition matrix, or a
-    calibration file of raw frames (JSON lines, read with the stream's labels or bins) from which
-    the matrix is estimated (see :func:`streamguard.calibration.estimate_chain`)."""
+    """The Markov model: (alpha, beta) for a binary chain, a full transition matrix, a model set
+    ``file`` (MODEL.json, written by ``streamguard calibrate``), or a ``calibration`` file of raw
+    frames (JSON lines, read with the stream's labels or bins and sample period) from which the
+    model set is calibrated at ``confidence`` when the daemon starts (streamguard.model)."""
 
     alpha: float | None = Field(None, gt=0, lt=1)
     beta: float | None = Field(None, gt=0, lt=1)
     matrix: list[list[float]] | None = None
     calibration: Path | None = None
+    file: Path | None = None
+    #: Confidence level of the region calibrated from ``calibration`` (a ``file`` states its own).
+    confidence: float = Field(0.99, gt=0, lt=1)
     #: The law of the stream's first reading (and of the first after the sensor restarts), when it
     #: is known; without it the guarantee holds for every initial law (DESIGN.md §3).
     initial: list[float] | None = None
@@ -92,21 +97,37 @@ class ModelConfig(_Strict):
         binary = self.alpha is not None or self.beta is not None
         if binary and (self.alpha is None or self.beta is None):
             raise ValueError("a binary model needs both alpha and beta")
-        if binary + (self.matrix is not None) + (self.calibration is not None) != 1:
-            raise ValueError("give exactly one of: alpha and beta, matrix, calibration")
+        if binary + (self.matrix is not None) + (self.calibration is not None) + (self.file is not None) != 1:
+            raise ValueError("give exactly one of: alpha and beta, matrix, calibration, file")
         if self.initial is not None:
             law = self.initial
             if not all(math.isfinite(x) and x >= 0 for x in law) or abs(sum(law) - 1.0) > 1e-9:
                 raise ValueError("initial: a law of the first reading (non-negative, summing to 1)")
         return self
 
-    def chain(self, states: StateMap) -> MarkovChain:
+    def model_set(self, states: StateMap, sample_period: float | None) -> ModelSet | None:
+        """The model set of a ``file`` or a ``calibration`` (None for a single chain)."""
+        from .model import modelset
+        from .model.calibrate import read_transitions
+
+        if self.file is not None:
+            return modelset.load(self.file)
+        if self.calibration is not None:
+            data = read_transitions(self.calibration, states, sample_period)
+            return modelset.from_calibration(data, self.confidence, states.labels,
+                                             {"file": self.calibration.name, "sample_period": sample_period})
+        return None
+
+    def chain(self, states: StateMap, sample_period: float | None = None) -> MarkovChain:
+        """The single chain, or a model set's point estimate (what aggregates and channels would need;
+        redaction streams plan over the whole set)."""
+        ms = self.model_set(states, sample_period)
+        if ms is not None:
+            if ms.point is None:
+                raise ModelError("the model set has no point estimate (a state is never left in the calibration data)")
+            return ms.point
         if self.matrix is not None:
             return MarkovChain(self.matrix)
-        if self.calibration is not None:
-            from .calibration import estimate_chain
-
-            return estimate_chain(self.calibration, states)
         assert self.alpha is not None and self.beta is not None
         return MarkovChain.binary(self.alpha, self.beta)
 
@@ -320,17 +341,40 @@ class StreamConfig(_Strict):
     stale_after: float | None = Field(None, gt=0, le=31 * 86_400, allow_inf_nan=False)
     #: Record the steps the privatizer sees (for calibration; ingest streams).
     record: RecordConfig | None = None
+    #: The drift guard (streamguard.model.drift): None = on for a model set (file or calibration),
+    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate over the stream's life.
+    drift_guard: bool | None = None
+    drift_false_alarm: float = Field(1e-3, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:
+        if self.drift_guard and self.mechanism != "redaction":
+            raise ValueError("drift_guard: the drift guard watches redaction streams only")
         try:
             smap = self.state_map()
         except ValueError as exc:
             raise ValueError(str(exc)) from None
         try:
-            chain = self.model.chain(smap)
+            ms = self.model.model_set(smap, self.sample_period)
+            chain = self.model.chain(smap, self.sample_period) if ms is None else None
         except (ModelError, OSError) as exc:
             raise ValueError(f"model: {exc}") from None
+        if ms is not None:
+            if ms.k != smap.k:
+                raise ValueError(f"the model set has {ms.k} states but {smap.k} labels/bins are configured")
+            if ms.k != 2:
+                raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
+            if self.mechanism != "redaction" or self.aggregates:
+                raise ValueError("model: a model set (file or calibration) is supported for redaction streams "
+                                 "without aggregates; give a single chain (alpha/beta or matrix) otherwise")
+            if self.epsilon is None:
+                raise ValueError("epsilon: a redaction stream needs its budget per private position")
+            if self.model.initial is not None and len(self.model.initial) != ms.k:
+                raise ValueError(f"model.initial: one probability per state ({ms.k})")
+            if isinstance(self.split, float) and not 0 <= self.split <= self.epsilon:
+                raise ValueError("split: the left budget must lie in [0, epsilon]")
+            return self
+        assert chain is not None
         if chain.k != smap.k:
             raise ValueError(f"the model has {chain.k} states but {smap.k} labels/bins are configured")
         if self.model.initial is not None and len(self.model.initial) != chain.k:
@@ -416,8 +460,12 @@ class StreamConfig(_Strict):
         return self.aggregate_budget if self.aggregate_budget is not None else sum(a.epsilon for a in self.aggregates)
 
     def chain(self) -> MarkovChain:
-        """The stream's Markov model."""
-        return self.model.chain(self.state_map())
+        """The stream's Markov model (a model set's point estimate)."""
+        return self.model.chain(self.state_map(), self.sample_period)
+
+    def model_set(self) -> ModelSet | None:
+        """The stream's model set (``model.file`` or ``model.calibration``), None for a single chain."""
+        return self.model.model_set(self.state_map(), self.sample_period)
 
     def state_map(self) -> StateMap:
         return StateMap(

@@ -7,12 +7,8 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from firmware_sim import MarkovSource
-from streamguard import MarkovChain
-from streamguard.calibration import MIN_VISITS, estimate_chain
 from streamguard.config import ConfigError, ScheduleWindow, load_settings
 from streamguard.sampling import SeededSource
 from streamguard.stream.records import MAX_FRAME_BYTES, RawRecord, Rejection, StateMap, parse_frame
@@ -85,20 +81,6 @@ def test_schedule_windows_wrap_midnight():
     w = ScheduleWindow(start=dt.time(23, 0), end=dt.time(6, 0))
     at = lambda h: dt.datetime(2026, 1, 1, h, 30).timestamp()  # noqa: E731
     assert w.contains(at(23)) and w.contains(at(2)) and not w.contains(at(12))
-
-
-def test_calibration_estimates_the_chain_and_refuses_too_little_data(tmp_path):
-    chain = MarkovChain.binary(0.1, 0.3)
-    states = MarkovSource(chain, 4).states(20_000)
-    f = tmp_path / "cal.jsonl"
-    f.write_text("\n".join(json.dumps({"value": LABELS.labels[s]}) for s in states) + "\n{broken\n")
-    est = estimate_chain(f, LABELS)
-    # ~2,000 departures from state 1: the standard error of β̂ is about 0.01; 5 σ bound
-    assert np.allclose(est.matrix, chain.matrix, atol=0.05)
-    short = tmp_path / "short.jsonl"
-    short.write_text("\n".join(json.dumps({"value": LABELS.labels[s]}) for s in states[:40]))
-    with pytest.raises(ValueError, match=f"need ≥ {MIN_VISITS}"):
-        estimate_chain(short, LABELS)
 
 
 SECRET = "occupied-by-alice"

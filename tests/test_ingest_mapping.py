@@ -310,10 +310,10 @@ def test_recorder_writes_the_steps_privately(tmp_path: Path) -> None:
     assert lines == [{"value": None, "ts": t0}, {"value": "occupied", "ts": t0 + 1}, {"value": "occupied", "ts": t0 + 2}]
     assert stat.S_IMODE(os.stat(steps).st_mode) == 0o600
     # the calibration reader takes this format as it is: the null step breaks the chain
-    from streamguard.calibration import transition_counts
+    from streamguard.model.calibrate import read_transitions
 
-    counts, _ = transition_counts(steps, StateMap(labels=("vacant", "occupied")))
-    assert counts.sum() == 1 and counts[1, 1] == 1
+    data = read_transitions(steps, StateMap(labels=("vacant", "occupied")), sample_period=1.0)
+    assert data.counts.sum() == 1 and data.counts[1, 1] == 1 and data.steps == 2
 
 
 @pytest.mark.parametrize("name", ["zigbee2mqtt.toml", "tasmota.toml", "esphome.toml"])

@@ -40,22 +40,21 @@ from ..channel import ChannelError, ChannelSequence
 
 @kernel
 def _side_extremes_kernel(kernels, tables, index, out):  # pragma: no cover - compiled
-    """Extreme suffix vectors of one side. kernels: (K,2,2) with K = 1 (homogeneous) or K = D;
-    tables: (c,2,m); index: (D,) outward. Writes out[0] = argmin-ratio vector, out[1] = argmax.
-    Returns the first distance (1-based) with no supported output, or 0 when all are fine."""
+    """Extreme suffix vectors of one side. kernels: (K,C,2,2) with K = 1 (homogeneous) or K = D,
+    and C candidate kernels per step (C = 1 for one chain; C > 1: the extremes over every choice of
+    a candidate at each step, streamguard.model.interval); tables: (c,2,m); index: (D,) outward.
+    Writes out[0] = argmin-ratio vector, out[1] = argmax. Returns the first distance (1-based) with
+    no supported output, or 0 when all are fine."""
     lo0 = 0.5
     lo1 = 0.5
     hi0 = 0.5
     hi1 = 0.5
     D = index.shape[0]
     K = kernels.shape[0]
+    C = kernels.shape[1]
     m = tables.shape[2]
     for d in range(D - 1, -1, -1):
         kk = 0 if K == 1 else d
-        k00 = kernels[kk, 0, 0]
-        k01 = kernels[kk, 0, 1]
-        k10 = kernels[kk, 1, 0]
-        k11 = kernels[kk, 1, 1]
         tab = index[d]
         have = False
         nlo0 = 0.0
@@ -67,33 +66,38 @@ def _side_extremes_kernel(kernels, tables, index, out):  # pragma: no cover - co
             e1 = tables[tab, 1, y]
             if e0 == 0.0 and e1 == 0.0:
                 continue
-            for c in range(2):
-                if c == 0:
-                    w0 = e0 * lo0
-                    w1 = e1 * lo1
-                else:
-                    w0 = e0 * hi0
-                    w1 = e1 * hi1
-                g0 = k00 * w0 + k01 * w1
-                g1 = k10 * w0 + k11 * w1
-                s = g0 + g1
-                if s <= 0.0:
-                    continue  # this y cannot follow that suffix: not in the support
-                g0 /= s
-                g1 /= s
-                if not have:
-                    nlo0 = g0
-                    nlo1 = g1
-                    nhi0 = g0
-                    nhi1 = g1
-                    have = True
-                else:
-                    if g0 * nlo1 < nlo0 * g1:
+            for cc in range(C):
+                k00 = kernels[kk, cc, 0, 0]
+                k01 = kernels[kk, cc, 0, 1]
+                k10 = kernels[kk, cc, 1, 0]
+                k11 = kernels[kk, cc, 1, 1]
+                for c in range(2):
+                    if c == 0:
+                        w0 = e0 * lo0
+                        w1 = e1 * lo1
+                    else:
+                        w0 = e0 * hi0
+                        w1 = e1 * hi1
+                    g0 = k00 * w0 + k01 * w1
+                    g1 = k10 * w0 + k11 * w1
+                    s = g0 + g1
+                    if s <= 0.0:
+                        continue  # this y cannot follow that suffix: not in the support
+                    g0 /= s
+                    g1 /= s
+                    if not have:
                         nlo0 = g0
                         nlo1 = g1
-                    if g0 * nhi1 > nhi0 * g1:
                         nhi0 = g0
                         nhi1 = g1
+                        have = True
+                    else:
+                        if g0 * nlo1 < nlo0 * g1:
+                            nlo0 = g0
+                            nlo1 = g1
+                        if g0 * nhi1 > nhi0 * g1:
+                            nhi0 = g0
+                            nhi1 = g1
         if not have:
             return d + 1
         lo0 = nlo0
@@ -178,6 +182,9 @@ def side_range(
 ) -> SideRange:
     """Exact log-ratio range of one side (see module docstring). ``index`` is ordered outward.
 
+    ``kernels`` is (K, 2, 2) (one chain), or (K, C, 2, 2): C candidate kernels per step, and the
+    range over every choice of a candidate at each step (streamguard.model.interval; kernel only).
+
     With ``revealing`` (per table, see :meth:`ChannelSequence.revealing_tables`) the side is cut
     after its first revealing record: what lies beyond is independent of X_p given that record's
     value, so the result is unchanged and the cost is the distance to that record.
@@ -188,11 +195,15 @@ def side_range(
         return EMPTY_SIDE
     kernels = np.ascontiguousarray(kernels, dtype=np.float64)
     index = np.ascontiguousarray(index, dtype=np.int64)
+    if kernels.ndim == 3:
+        kernels = kernels[:, None]
     if use_numpy:
-        lo, hi, bad = _side_extremes_numpy(kernels, tables, index)
+        if kernels.shape[1] != 1:
+            raise ValueError("the numpy reference takes one kernel per step")
+        lo, hi, bad = _side_extremes_numpy(kernels[:, 0], tables, index)
     else:
         out = np.empty((2, 2))
-        bad = _side_extremes_kernel(kernels, tables, index, out)
+        bad = _side_extremes_kernel(np.ascontiguousarray(kernels), tables, index, out)
         lo, hi = out[0], out[1]
     if bad:
         raise ChannelError(f"no output is possible at distance {bad} from the private record")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 #: ``run``'s exit status when another streamguard holds the outbox or the ledger (it exits at once)
@@ -22,3 +23,11 @@ def json_arg(text: str, what: str) -> Any:
     except json.JSONDecodeError:
         raise CliError(f"{what}: not valid JSON") from None
 
+
+
+def read_text(path: Path) -> str:
+    """A file's text; a :class:`CliError` naming the file if it cannot be read."""
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None

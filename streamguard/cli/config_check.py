@@ -10,14 +10,24 @@ from typing import Any
 import numpy as np
 
 from ..audit.start import start_effect
+from ..model.robust import robust_stream_plan
 from ..redaction.plan import plan_stream
 
 
 def _check_redaction_stream(cfg: Any) -> None:
-    sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+    ms = cfg.model_set()
+    robust = None if ms is None else robust_stream_plan(ms, cfg.epsilon, design=cfg.design, split=cfg.split)
+    sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split) if robust is None else \
+        robust.evaluation_plan()
     lk = sp.leakage()
     print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction ε={cfg.epsilon:g}, "
           f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
+    if robust is not None:
+        (a0, a1), (b0, b1) = robust.model_set.alpha_range(), robust.model_set.beta_range()
+        wc = robust.worst
+        print(f"  model set ({robust.model_set.kind}, confidence {robust.model_set.confidence}): α ∈ [{a0:.6g}, "
+              f"{a1:.6g}], β ∈ [{b0:.6g}, {b1:.6g}]; the plan's worst case over it ≤ {wc.bound:.6f} nats "
+              f"(attained at α={wc.member[0]:.6g}, β={wc.member[1]:.6g}); the figures below are under that member")
     print("  redaction by t − p: " + ", ".join(
         f"{int(d):+d}:({r[0]:.4f},{r[1]:.4f})" for d, r in zip(sp.offsets(), sp.table())))
     delay = sp.left_horizon if cfg.delay is None else cfg.delay

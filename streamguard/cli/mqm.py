@@ -25,6 +25,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 from ..chain import MarkovChain
@@ -45,8 +46,10 @@ def register(subparsers: Any) -> None:
         "mqm", help="Markov Quilt Mechanism: noise scale, or noisy windowed aggregates of stdin",
         description="Markov Quilt Mechanism (notes/002): print the noise scale σ with its active quilt, "
         "or (--release) read states from stdin and publish noisy tumbling-window aggregates.")
-    m.add_argument("--matrix", action="append", required=True,
+    m.add_argument("--matrix", action="append",
                    help='transition matrix as JSON, e.g. "[[0.9,0.1],[0.2,0.8]]"; repeat for a set Θ')
+    m.add_argument("--model", metavar="MODEL.json",
+                   help="Θ = the members of a finite model set (adds to --matrix); a calibrated region is refused")
     m.add_argument("--epsilon", type=float, required=True, help="privacy target ε in nats (> 0)")
     length = m.add_mutually_exclusive_group()
     length.add_argument("--T", type=int, help="chain length N: σ_max(N) (with --release: at most N records)")
@@ -77,13 +80,34 @@ def _json_arg(text: str, what: str) -> Any:
         raise MqmArgumentError(f"{what}: not valid JSON") from None
 
 
+def _model_set_members(path: str, initial: Any) -> list[MarkovChain]:
+    """Θ from a finite model set (MODEL.json). A region (a calibrated box or row-wise set) is not a
+    finite Θ, and the max-influence over a continuum is not certified here: refused."""
+    from ..model import modelset
+
+    try:
+        ms = modelset.load(Path(path))
+    except (OSError, ValueError) as exc:
+        raise MqmArgumentError(f"--model: {exc}") from None
+    if ms.kind != "finite":
+        raise MqmArgumentError(f"--model: a {ms.kind} region is not a finite Θ; the MQM needs a finite set of "
+                               "chains (give its corners or members with --matrix, knowing that a corner "
+                               "maximum is not certified over the region)")
+    try:
+        return [MarkovChain(m.matrix, initial) for m in ms.members]
+    except ValueError as exc:
+        raise MqmArgumentError(f"--model: {exc}") from None
+
+
 def _model(args: argparse.Namespace) -> QuiltModel:
     if not (math.isfinite(args.epsilon) and args.epsilon > 0):
         raise MqmArgumentError("--epsilon must be a finite number > 0")
     mode = args.influence or ("q" if args.initial is not None else "stat")
     initial = None if args.initial is None else _json_arg(args.initial, "--initial")
-    chains = []
-    for n, text in enumerate(args.matrix, start=1):
+    chains = [] if args.model is None else _model_set_members(args.model, initial if mode == "q" else None)
+    if not chains and not args.matrix:
+        raise MqmArgumentError("give Θ: --matrix (repeatable) or --model MODEL.json")
+    for n, text in enumerate(args.matrix or [], start=1):
         matrix = _json_arg(text, f"--matrix #{n}")
         try:
             chains.append(MarkovChain(matrix, initial if mode == "q" else None))

@@ -19,7 +19,8 @@ from ..channel import ChannelSequence
 from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from ..redaction.design import DESIGNS
 from ..redaction.plan import RedactionPlan, plan_redaction, plan_stream
-from .common import CliError, json_arg
+from . import robust
+from .common import CliError, json_arg, read_text
 
 
 def _split_arg(text: str) -> str | float:
@@ -171,9 +172,11 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    chain = _chain(args.alpha, args.beta, args.initial)
     if not (math.isfinite(args.epsilon) and args.epsilon > 0):
         raise CliError("--epsilon must be a finite number > 0")
+    if args.model is not None:
+        return robust.cmd_plan_model(args)
+    chain = _chain(args.alpha, args.beta, args.initial)
     if args.stream:
         return _stream_plan(args, chain)
     if not args.private:
@@ -213,9 +216,7 @@ def _load_channels(doc: dict[str, Any]) -> ChannelSequence:
 def cmd_audit(args: argparse.Namespace) -> int:
     path = Path(args.file)
     try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+        doc = json.loads(read_text(path))
     except json.JSONDecodeError:
         raise CliError(f"{path}: not valid JSON") from None
     if not isinstance(doc, dict):
@@ -224,6 +225,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         seq = _load_channels(doc)
     except (TypeError, ValueError) as exc:
         raise CliError(f"{path}: {exc}") from None
+    if args.model is not None:
+        return robust.audit_model(args, seq, doc, args.private or doc.get("private") or [])
     model = doc.get("model", {}) if isinstance(doc.get("model"), dict) else {}
     alpha = args.alpha if args.alpha is not None else model.get("alpha")
     beta = args.beta if args.beta is not None else model.get("beta")
@@ -261,6 +264,8 @@ def register(sub: Any) -> None:
     model.add_argument("--alpha", type=float, help="P(0→1) of the binary chain, in (0, 1)")
     model.add_argument("--beta", type=float, help="P(1→0) of the binary chain, in (0, 1)")
     model.add_argument("--initial", help='law of the first record as JSON, e.g. "[0.5, 0.5]" (default: stationary)')
+    model.add_argument("--model", metavar="MODEL.json",
+                       help="a model set (streamguard calibrate): plan robustly / audit the worst case over it")
 
     p = sub.add_parser("plan", parents=[model], help="design a redaction plan for private positions",
                        description="Design 3R redaction (paper 000, corrected) or a baseline for a binary "

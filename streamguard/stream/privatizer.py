@@ -44,6 +44,7 @@ from numpy.typing import NDArray
 from .._json import json_number
 from ..audit.exact import Leakage, side_range
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs
+from ..chain import MarkovChain
 from ..channel import redaction_tables, revealing
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET, SideModel, plan_side
@@ -150,6 +151,28 @@ def _leakage_json(v: Leakage | None) -> dict[str, Any] | None:
 UNBOUNDED = Leakage(math.inf, math.inf, math.inf)
 
 
+class _ChainPowers:
+    """A chain marks are evaluated under: its matrix, and its powers for restart gaps (kept)."""
+
+    def __init__(self, chain: MarkovChain) -> None:
+        self.chain = chain
+        self.P = chain.matrix
+        self._powers: list[NDArray[np.float64]] = [np.eye(chain.k)]
+
+    def power(self, n: int) -> NDArray[np.float64]:
+        """P^n for the restart gaps (n ≤ max_gap + 1), computed once and kept."""
+        while len(self._powers) <= n:
+            self._powers.append(self._powers[-1] @ self.P)
+        return self._powers[n]
+
+    def gap_kernel(self, G: int | None) -> NDArray[np.float64]:
+        """Kernel of one step across a restart gap of G unseen readings (None: G = ∞, or a sensor
+        that restarted too: the new records are independent of the old ones)."""
+        if G is None:
+            return np.broadcast_to(self.chain.initial, (2, 2)).copy()
+        return self.power(G + 1)
+
+
 @dataclass
 class _Pending:
     phys: int
@@ -181,6 +204,11 @@ class StreamPrivatizer:
     #: The law of the stream's first record (and of the first after a sensor restart), when the
     #: configuration declares it; None: any law (the guarantee holds for all of them).
     initial: NDArray[np.float64] | None = None
+    #: Why marks are failing closed (set by :meth:`fail_closed`), None while the model holds.
+    closed_reason: str | None = None
+    #: Further chains each mark's figure is evaluated under (the figure is the worst case over
+    #: them and the plan's chain): members of a model set (streamguard.model).
+    members: tuple[MarkovChain, ...] = ()
 
     def __post_init__(self) -> None:
         if self.delay is None:
@@ -204,10 +232,9 @@ class StreamPrivatizer:
         self.last_decisions: deque[tuple[int, float, float]] = deque(maxlen=self._keep)
         #: Marks created or finished since the owner last took them (to persist and report).
         self.mark_events: deque[Mark] = deque(maxlen=self._keep)
-        chain = self.plan.chain
-        self._P = chain.matrix
-        self._powers: list[NDArray[np.float64]] = [np.eye(chain.k)]
-        lam = abs(chain.lam)
+        #: The chains every mark is evaluated under (worst case): the plan's, and ``members``.
+        self._chains = [_ChainPowers(c) for c in (self.plan.chain, *self.members)]
+        lam = max(abs(c.lam) for c in (self.plan.chain, *self.members))
         self._max_gap = 0 if lam == 0 else min(MAX_GAP, math.ceil(math.log(1e-17) / math.log(lam)))
         if self.initial is not None:
             self.initial = np.asarray(self.initial, dtype=np.float64)
@@ -379,8 +406,25 @@ class StreamPrivatizer:
             mark.right = right.red[: right.horizon]
         return self._add(self._settle(mark))
 
+    def fail_closed(self, reason: str) -> None:
+        """From now on every mark's undecided window is fully redacted and the mark is reported as
+        not honoured with ``reason`` (the drift guard fired: the model may no longer hold)."""
+        self.closed_reason = reason
+        for m in self._marks:
+            self._close(m)
+            self.mark_events.append(m)
+
+    def _close(self, mark: Mark) -> None:
+        mark.left = np.ones_like(mark.left)  # new arrays: the plan's own rows are never written
+        mark.right = np.ones_like(mark.right)
+        mark.honoured = False
+        mark.reason = self.closed_reason
+        mark.leakage = self._committed(mark)
+
     def _add(self, mark: Mark) -> Mark:
-        """An open mark: its window is still being decided."""
+        """An open mark: its window is still being decided (fully redacted after :meth:`fail_closed`)."""
+        if self.closed_reason is not None:
+            self._close(mark)
         self._marks.append(mark)
         self.mark_events.append(mark)
         return mark
@@ -403,41 +447,28 @@ class StreamPrivatizer:
         return mark
 
     # -- exact leakage of the rows actually used ----------------------------------------------
-    def _gap_kernel(self, G: int | None) -> NDArray[np.float64]:
-        """Kernel of one step across a restart gap of G unseen readings (None: G = ∞, or a sensor
-        that restarted too: the new records are independent of the old ones)."""
-        if G is None:
-            return np.broadcast_to(self.plan.chain.initial, (2, 2)).copy()
-        return self._power(G + 1)
-
-    def _power(self, n: int) -> NDArray[np.float64]:
-        """P^n for the restart gaps (n ≤ max_gap + 1), computed once and kept."""
-        while len(self._powers) <= n:
-            self._powers.append(self._powers[-1] @ self._P)
-        return self._powers[n]
-
-    def _right_pairs(self, rows: NDArray[np.float64], p: int, G: int | None) -> NDArray[np.float64]:
+    def _right_pairs(self, rows: NDArray[np.float64], p: int, G: int | None, c: _ChainPowers) -> NDArray[np.float64]:
         """R[a, b]: max log Pr(y_right | X_p=a)/Pr(y_right | X_p=b) for ``rows`` outward from p, then
         one released record (it stands for whatever lies beyond). A step across the restart
         boundary uses the gap kernel. The right side does not depend on the initial law."""
         cut = np.vstack([rows, np.zeros((1, 2))])
         tables = redaction_tables(cut)
-        kern = np.broadcast_to(self._P, (cut.shape[0], 2, 2)).copy()
+        kern = np.broadcast_to(c.P, (cut.shape[0], 2, 2)).copy()
         b = self.boundary
         if b is not None and G != 0:
             k = b - p - 1  # outward step k goes from distance k to k + 1
             if 0 <= k < cut.shape[0]:
-                kern[k] = self._gap_kernel(G)
+                kern[k] = c.gap_kernel(G)
         r = side_range(kern, tables, np.arange(cut.shape[0]), revealing=revealing(tables))
         return np.array([[0.0, r.hi], [-r.lo, 0.0]])
 
-    def _left_pairs(self, rows: NDArray[np.float64], p: int, G: int | None) -> NDArray[np.float64]:
+    def _left_pairs(self, rows: NDArray[np.float64], p: int, G: int | None, c: _ChainPowers) -> NDArray[np.float64]:
         """L[a, b] for the left ``rows`` (distances 1..m, m ≤ p), worst case over the laws the
         first record can have (any, unless the stream declares it) — audit/start.py. Without a
         restart the first record is physical index 0. Across a restart boundary b: for a gap of G
         unseen readings the step into b uses P^{G+1}; for G = None the sensor restarted too, so b
         is a new first record and what lies before it is independent of X_p."""
-        P, b, m = self._P, self.boundary, rows.shape[0]
+        P, b, m = c.P, self.boundary, rows.shape[0]
         if b is not None and G is None and p - m < b <= p:
             m = p - b
             rows = rows[:m]
@@ -448,7 +479,7 @@ class StreamPrivatizer:
         if b is not None and G:
             j = p - b + 1  # the step from p−j (before b) into p−j+1 = b
             if 1 <= j <= steps:
-                kern[j - 1] = self._power(G + 1)
+                kern[j - 1] = c.power(G + 1)
         if reaches:
             laws = np.eye(2) if self.initial is None else self.initial[None]
         else:
@@ -484,20 +515,22 @@ class StreamPrivatizer:
         return t >= (self._pending[0].phys if self._pending else self.next_phys)
 
     def _evaluate(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64]) -> Leakage:
-        """Exact leakage about X_p of these rows, worst case over restart gaps and initial laws."""
+        """Exact leakage about X_p of these rows, worst case over restart gaps, initial laws and the
+        chains evaluated (the plan's and ``members``)."""
         worst = Leakage(0.0, 0.0, 0.0)
-        for G in self._gaps(p - left.shape[0] - 1, p + right.shape[0] + 1):  # stand-ins included
-            L, R = self._left_pairs(left, p, G), self._right_pairs(right, p, G)
-            total = max(L[0, 1] + R[0, 1], L[1, 0] + R[1, 0])
-            worst = Leakage(max(worst.total, total), max(worst.left, L[0, 1], L[1, 0]),
-                            max(worst.right, R[0, 1], R[1, 0]))
+        for c in self._chains:
+            for G in self._gaps(p - left.shape[0] - 1, p + right.shape[0] + 1):  # stand-ins included
+                L, R = self._left_pairs(left, p, G, c), self._right_pairs(right, p, G, c)
+                total = max(L[0, 1] + R[0, 1], L[1, 0] + R[1, 0])
+                worst = Leakage(max(worst.total, total), max(worst.left, L[0, 1], L[1, 0]),
+                                max(worst.right, R[0, 1], R[1, 0]))
         return worst
 
     def _left_leakage(self, m: Mark) -> float:
         """The exact left leakage of the mark's committed left rows (worst case, as above)."""
         left, _ = self._window_rows(m, committed=True)
         G_all = self._gaps(m.phys - left.shape[0] - 1, m.phys)
-        return max(float(np.max(self._left_pairs(left, m.phys, G))) for G in G_all)
+        return max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
 
     def _committed(self, m: Mark) -> Leakage:
         """The mark's figure now: rows used, and committed rows for its undecided records."""

@@ -13,6 +13,10 @@ from ..config import Settings, StreamConfig
 from ..redaction.plan import StreamPlan, plan_stream
 from ..sampling import BitSource
 from ..ledger.events import RedactionEvent
+from ..model.drift import DriftGuard
+from ..model.modelset import ModelSet
+from ..model.robust import RobustStreamPlan, robust_stream_plan
+from ..quilt.release import AggregateRelease
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection
 from .steps import StepTracker
@@ -31,13 +35,25 @@ class RedactionRuntime(StreamRuntime):
                  aggregate_source: BitSource | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
-        self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
+        #: The model set the plan is robust over (None: the single configured chain).
+        self.model_set = cfg.model_set()
+        self.robust: RobustStreamPlan | None = None
+        if self.model_set is None:
+            self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
+        else:
+            self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
+            self.plan = self.robust.evaluation_plan()
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                      first_seq=resume.first_seq, first_phys=resume.first_phys,
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                      restarted=resume.restarted,
-                                     initial=None if cfg.model.initial is None else np.array(cfg.model.initial))
+                                     initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
+                                     members=() if self.model_set is None else tuple(self.model_set.corners()))
         self.plan_leakage = self.plan.leakage()
+        guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
+        guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
+        #: The drift guard, reading only what is released unchanged (streamguard.model.drift).
+        self.drift = DriftGuard(guarded, cfg.drift_false_alarm) if guard_on else None
         self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
@@ -124,7 +140,24 @@ class RedactionRuntime(StreamRuntime):
                 self.counters.redacted += 1
             else:
                 self.counters.released += 1
+            if self.drift is not None and self.drift.released(r.phys, r.state, r.row):
+                self._on_drift()
         return releases
+
+    def _on_drift(self) -> None:
+        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING."""
+        assert self.drift is not None
+        log.warning("stream %s: DRIFT — the live chain has left the model set (sequential test, false-alarm rate "
+                    "%g, after %d observed transitions): marks' windows are now fully redacted and aggregates "
+                    "stop; re-calibrate and restart the daemon", self.name, self.drift.false_alarm,
+                    self.drift.transitions)
+        self.core.fail_closed("drift: the live chain left the model set; the window is fully redacted but no "
+                              "guarantee is stated outside the set")
+
+    def take_aggregates(self) -> list[tuple[int, AggregateRelease]]:
+        """Aggregate releases to publish — none once the drift guard has fired (they are dropped)."""
+        out = super().take_aggregates()
+        return [] if self.drift is not None and self.drift.alarm else out
 
     def take_decisions(self) -> list[tuple[int, float, float]]:
         """The redaction rows used since the last call, (physical index, r0, r1), for the outbox."""
@@ -173,11 +206,16 @@ class RedactionRuntime(StreamRuntime):
         assert m.leakage is not None and self.cfg.epsilon is not None  # the privatizer reports every mark's figure
         known = m.phys >= 0
         return RedactionEvent(device=self.settings.device, stream=self.name, position=m.phys if known else None,
-                              seq=m.seq, plan=f"3R:{self.plan.design}", epsilon=self.cfg.epsilon,
+                              seq=m.seq, plan=self._plan_name(), epsilon=self.cfg.epsilon,
                               left=m.leakage.left, right=m.leakage.right, total=m.leakage.total,
                               honoured=m.honoured, reason=m.reason,
                               lo=max(0, m.phys - m.left.shape[0]) if known else None,
                               hi=m.right_end if known else None)
+
+    def _plan_name(self) -> str:
+        """The plan as the ledger names it (with the model set's id when the plan is robust over one)."""
+        name = f"3R:{self.plan.design}"
+        return name if self.model_set is None else f"{name} robust over model set {self.model_set.digest()}"
 
     # -- output -------------------------------------------------------------------------------
     def record(self, r: Release) -> dict[str, Any]:
@@ -200,10 +238,16 @@ class RedactionRuntime(StreamRuntime):
         """The retained privacy status: model, budget, plan, marks and counters."""
         chain = self.plan.chain
         core = self.core.status()
+        drift = {} if self.drift is None else {"drift": self.drift.status()}
+        robust = {} if self.robust is None else {
+            "guarantee": "ε-LDP about each private position under every chain of the stated model set",
+            "model_set": self.robust.status()}
         return {
             "stream": self.name,
             "guarantee": "ε-LDP about each private position under the stated Markov model",
             "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary},
+            **robust,
+            **drift,
             "mechanism": "3R redaction (paper 000, corrected)",
             "epsilon": self.plan.epsilon,
             "design": self.plan.design,

@@ -1,0 +1,108 @@
+"""``plan --model`` and ``audit --model``: 3R plans and audits over a model set (MODEL.json), with
+the certified worst case (streamguard.model.robust; docs/model-sets.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..channel import ChannelSequence
+from ..model import modelset
+from ..model.robust import chain_windows, robust_redaction_plan, robust_stream_plan, worst_leakage
+from .common import CliError
+
+
+def _load(args: argparse.Namespace) -> modelset.ModelSet:
+    if args.alpha is not None or args.beta is not None or args.initial is not None:
+        raise CliError("--model replaces --alpha/--beta/--initial (members are stationary chains)")
+    ms = modelset.load(Path(args.model))
+    if not ms.is_binary:
+        raise CliError("--model: robust 3R plans and audits need a binary model set")
+    return ms
+
+
+def _printed_json(args: argparse.Namespace, doc: dict[str, Any]) -> bool:
+    """With ``--json``, print ``doc`` as one JSON object and say so."""
+    if args.json:
+        print(json.dumps(doc))
+    return bool(args.json)
+
+
+def _wc_line(wc: Any, epsilon: float) -> str:
+    who = "" if wc.member is None else f", attained {wc.attained:.9f} at α={wc.member[0]:.6g}, β={wc.member[1]:.6g}"
+    cert = "exact over the finite set" if wc.boxes == 0 else f"certified over {wc.boxes} sub-box(es)"
+    return f"worst-case leakage over the model set ≤ {wc.bound:.9f} nats ({cert}{who}); ε = {epsilon:g}"
+
+
+def cmd_plan_model(args: argparse.Namespace) -> int:
+    """``plan --model``: the robust plan, its worst case, and its cost against the point estimate."""
+    ms = _load(args)
+    if args.baseline != "none" or args.brute or args.plot:
+        raise CliError("--model plans 3R only (no --baseline, --brute or --plot)")
+    if args.stream:
+        if args.n is not None or args.private:
+            raise CliError("--stream plans by distance to any private position: no --n or --private")
+        rp = robust_stream_plan(ms, args.epsilon, design=args.design, split=args.split, threshold=args.threshold)
+        doc = {"stream": True, "epsilon": args.epsilon, "design": args.design, **rp.as_dict(),
+               "split": [rp.plan.left.budget, rp.plan.right.budget],
+               "offsets": rp.plan.offsets().tolist(), "redaction": rp.plan.table().tolist()}
+        if _printed_json(args, doc):
+            return 0
+        print(f"robust 3R stream plan over the model set ({ms.kind}), ε={args.epsilon:g} nats, design {args.design}")
+        print(_wc_line(rp.worst, args.epsilon))
+        print(f"designed on α={rp.design_member[0]:.6g}, β={rp.design_member[1]:.6g} with budget "
+              f"{rp.design_budget:.6g}; horizons left {rp.plan.left_horizon} / right {rp.plan.right_horizon}")
+        print(f"expected redactions per mark (under the point estimate): {rp.expected_redacted:.4f}")
+        if rp.point_plan is not None and rp.point_worst is not None:
+            print(f"the point estimate's own plan: {rp.point_expected_redacted:.4f} redactions per mark, but its "
+                  f"worst case over the set is {rp.point_worst.bound:.6g} nats"
+                  f"{' > ε' if rp.point_worst.bound > args.epsilon else ''}; robustness costs "
+                  f"{rp.expected_redacted - rp.point_expected_redacted:.4f} redactions per mark")
+        return 0
+    if not args.private or args.n is None or args.n < 1:
+        raise CliError("name --n and at least one --private position (or use --stream)")
+    for p in args.private:
+        if not 1 <= p <= args.n:
+            raise CliError(f"--private {p} is outside 1..{args.n}")
+    rc = robust_redaction_plan(ms, args.n, [p - 1 for p in args.private], args.epsilon, design=args.design,
+                               split=args.split, threshold=args.threshold)
+    doc = {"n": args.n, "private": sorted(set(args.private)), "epsilon": args.epsilon, "design": rc.plan.design,
+           "model_set": ms.describe(), "worst_case": rc.worst.as_dict(),
+           "design_member": {"alpha": rc.design_member[0], "beta": rc.design_member[1]},
+           "design_budget": rc.design_budget, "redaction": rc.plan.red.tolist(),
+           "utility": rc.utility, "point_estimate_utility": rc.point_utility,
+           "utility_cost": None if rc.point_utility is None else rc.point_utility - rc.utility}
+    if _printed_json(args, doc):
+        return 0
+    print(f"robust 3R plan over the model set ({ms.kind}), n={args.n}, ε={args.epsilon:g} nats")
+    print(_wc_line(rc.worst, args.epsilon))
+    print(f"utility under the point estimate {rc.utility:.6f}"
+          + ("" if rc.point_utility is None else f" (the point estimate's own plan: {rc.point_utility:.6f})"))
+    return 0
+
+
+def audit_model(args: argparse.Namespace, seq: ChannelSequence, doc: dict[str, Any], private: list[int]) -> int:
+    """``audit --model``: the worst case over the set of a redaction table about each private record."""
+    ms = _load(args)
+    if "redaction" not in doc:
+        raise CliError("--model audits redaction tables ('redaction' in the file) only")
+    red = np.asarray(doc["redaction"], dtype=np.float64)
+    results = {}
+    for p1 in private:
+        if not isinstance(p1, int) or not 1 <= p1 <= seq.n:
+            raise CliError(f"private position {p1} is outside 1..{seq.n}")
+        if red[p1 - 1].min() < 1.0:
+            raise CliError(f"private position {p1} is not always redacted: its leakage is unbounded")
+        results[str(p1)] = worst_leakage(ms, chain_windows(red, [p1 - 1])).as_dict()
+    if _printed_json(args, {"n": seq.n, "model_set": ms.describe(), "worst_case": results}):
+        return 0
+    print(f"worst case over the model set ({ms.kind}) of {seq.n} redaction rows:")
+    for p1, wc in results.items():
+        m = wc["member"]
+        at = "" if m is None else " at α={:.6g}, β={:.6g}".format(m["alpha"], m["beta"])
+        print(f"  private {p1}: ≤ {wc['bound']:.9f} nats (attained {wc['attained']:.9f}{at}; {wc['method']})")
+    return 0
