@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 #: ``run``'s exit status when another streamguard holds the outbox or the ledger (it exits at once)
@@ -22,3 +23,22 @@ def json_arg(text: str, what: str) -> Any:
     except json.JSONDecodeError:
         raise CliError(f"{what}: not valid JSON") from None
 
+
+
+def user_plan_cache() -> Any:
+    """The user's plan cache ($XDG_CACHE_HOME/streamguard/plans.json), or None without a home."""
+    from ..redaction.plan_cache import PlanCache, default_cache_path
+
+    path = default_cache_path()
+    return None if path is None else PlanCache(path)
+
+
+def stream_plan(chain: Any, epsilon: float, design: str, split: str | float,
+                threshold: float | str | None = None, label: str = "") -> Any:
+    """A stream plan from the user's plan cache, with a line on stderr while a slow (exact)
+    design runs."""
+    from ..redaction.plan_cache import cached_plan_stream
+
+    return cached_plan_stream(chain, epsilon, design=design, split=split, threshold=threshold,
+                              cache=user_plan_cache(),
+                              progress=lambda msg: print(f"streamguard: {label}{msg}", file=sys.stderr))

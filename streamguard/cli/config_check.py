@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from ..audit.start import start_effect
-from ..redaction.plan import plan_stream
+from .common import stream_plan
 
 
 def _check_redaction_stream(cfg: Any) -> None:
-    sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+    sp = stream_plan(cfg.chain(), cfg.epsilon, cfg.design, cfg.split, label=f"stream {cfg.name}: ")
     lk = sp.leakage()
     print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction ε={cfg.epsilon:g}, "
           f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_IN_USE, CliError
+from .common import EXIT_IN_USE, CliError, user_plan_cache
 
 
 def cmd_privatize(args: argparse.Namespace) -> int:
@@ -25,7 +25,8 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     if name not in names:
         raise CliError(f"--stream {name}: not in the configuration (streams: {', '.join(names)})")
     idx = names.index(name)
-    rt = make_runtime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx))
+    rt = make_runtime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx),
+                      plan_cache=user_plan_cache())
     out = sys.stdout
     for line in sys.stdin.buffer:
         data = line.rstrip(b"\r\n")

@@ -18,8 +18,8 @@ from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from ..redaction.design import DESIGNS
-from ..redaction.plan import RedactionPlan, plan_redaction, plan_stream
-from .common import CliError, json_arg
+from ..redaction.plan import RedactionPlan, plan_redaction
+from .common import CliError, json_arg, stream_plan
 
 
 def _split_arg(text: str) -> str | float:
@@ -131,7 +131,7 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
         raise CliError("--stream plans by distance to any private position: no --n or --private")
     initial = None if chain.stationary else chain.initial  # --initial: the first record's law is known
     chain = MarkovChain(chain.matrix)  # the table is planned for the stationary stream
-    sp = plan_stream(chain, args.epsilon, design=args.design, split=args.split, threshold=args.threshold)
+    sp = stream_plan(chain, args.epsilon, args.design, args.split, args.threshold)
     lk = sp.leakage()
     table = sp.table()
     near = start_effect(chain.matrix, sp.left.red[: sp.left_horizon], sp.left.budget, initial)

@@ -55,6 +55,7 @@ from .privatizer import Mark
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
+from ..redaction.plan_cache import PlanCache, beside
 from .transport import Message, MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,8 @@ class Daemon:
                 s, cfg, bit_source(s.deterministic_seed, i),
                 resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted,
                               await box.run(Outbox.newest_step, cfg.name)),
-                aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i))
+                aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i),
+                plan_cache=PlanCache(beside(s.outbox.path)))
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "
                             "against anyone who knows the seed", cfg.name)
