@@ -9,6 +9,9 @@ from typing import Any
 #: ``run``'s exit status when another streamguard holds the outbox or the ledger (it exits at once)
 #: or took over the MQTT client id (it stops): EX_TEMPFAIL.
 EXIT_IN_USE = 75
+#: Exit status of every command when the configuration is invalid: EX_CONFIG (sysexits.h), so
+#: systemd and scripts tell a broken config from a transient failure.
+EXIT_CONFIG = 78
 
 
 class CliError(Exception):

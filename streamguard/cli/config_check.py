@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..audit.start import start_effect
-from .common import stream_plan
+from .common import EXIT_CONFIG, stream_plan
 
 
 def _check_redaction_stream(cfg: Any) -> None:
@@ -74,8 +74,12 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import contextlib
     import io
 
-    from ..config import load_settings
+    from ..config import environment_warnings, load_settings
+    from ..config_paths import state_problems
 
+    status = 0
+    for warning in environment_warnings():
+        print(f"warning: {warning}")
     for file in args.files:
         settings = load_settings(Path(file))
         report = io.StringIO()
@@ -89,14 +93,20 @@ def cmd_config_check(args: argparse.Namespace) -> int:
                     print(q)
                 if cfg.schedule:
                     print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
-        print(f"{file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
+        problems = state_problems(settings)
+        verdict = "valid" if not problems else "keys valid, but the daemon cannot start as this user"
+        print(f"{file}: {verdict} — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
               f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}, "
               f"ledger {settings.ledger_path()}")
         if settings.deterministic_seed is not None:
             print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
                   "against anyone who knows the seed)")
+        for problem in problems:
+            print(f"  error: {problem}")
+        if problems:
+            status = EXIT_CONFIG
         print(report.getvalue(), end="")
-    return 0
+    return status
 
 
 def register(sub: Any) -> None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_IN_USE, CliError, user_plan_cache
+from .common import EXIT_CONFIG, EXIT_IN_USE, CliError, user_plan_cache
 
 
 def cmd_privatize(args: argparse.Namespace) -> int:
@@ -83,12 +83,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
-    from ..config import load_settings
+    import logging
+    import sqlite3
+
+    from ..config import environment_warnings, load_settings
+    from ..config_paths import make_state_dirs
     from ..stream.daemon import Daemon, stdin_frames
     from ..stream.outbox import InUse
 
     settings = load_settings(Path(args.config))
     _setup_logging(settings.log_level)
+    for warning in environment_warnings():
+        logging.getLogger("streamguard").warning("%s", warning)
+    make_state_dirs(settings)  # or a ConfigError: one line naming the key (cli.main)
     sources = []
     for cfg in settings.streams:
         if cfg.source == "stdin":
@@ -117,6 +124,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InUse as exc:  # another daemon holds the outbox, the ledger or the MQTT identity
         print(f"streamguard: {exc}", file=sys.stderr)
         return EXIT_IN_USE
+    except sqlite3.Error as exc:  # e.g. a state file that cannot be opened: one line, no traceback
+        print(f"streamguard: error: outbox or ledger ({settings.outbox.path}, {settings.ledger_path()}): {exc}",
+              file=sys.stderr)
+        return EXIT_CONFIG
     except asyncio.CancelledError:  # a second SIGTERM/SIGINT
         print("streamguard: stopped by a second signal before the shutdown finished", file=sys.stderr)
         return 1
