@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from .budget import Epsilon
 from .chain import MarkovChain, ModelError
 from .config_errors import ConfigError, format_errors, unknown_env
 from .config_paths import relative_to, resolve_paths
@@ -192,7 +193,7 @@ class ChannelConfig(_Strict):
 
     file: Path | None = None
     kind: Literal[CHANNEL_KINDS] | None = None  # type: ignore[valid-type]
-    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
+    epsilon: Epsilon | None = None
     lam: float | None = Field(None, alias="lambda", gt=0, lt=1)
     measure: str | None = None
     joint: Path | None = None
@@ -229,7 +230,7 @@ class AggregateConfig(_Strict):
 
     query: Literal["histogram", "count", "mean"]
     window: int = Field(ge=1, le=1_000_000)
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    epsilon: Epsilon
     influence: Literal["stat", "supq", "approx", "approx-rev"] = "stat"
     state: str | None = None
     values: list[float] | None = None
@@ -257,7 +258,7 @@ class StreamConfig(_Strict):
     raw_topic: str | None = None
     mechanism: Literal["redaction", "channel"] = "redaction"
     #: The redaction budget per private position (``mechanism = "redaction"``).
-    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
+    epsilon: Epsilon | None = None
     channel: ChannelConfig | None = None
     aggregates: list[AggregateConfig] = []
     #: Budget of the aggregate releases under the quilt accountant; default: the sum of the

@@ -142,3 +142,20 @@ def test_schedule_windows_take_an_explicit_time_zone():
     assert ScheduleWindow(start=dt.time(1), end=dt.time(2)).zone_name().startswith("local time")
     with pytest.raises(ValueError, match='unknown time zone "Mars/Base"'):
         ScheduleWindow(start=dt.time(1), end=dt.time(2), timezone="Mars/Base")
+
+
+@pytest.mark.parametrize("eps", ["0", "1e9", "-1", "nan"])
+def test_one_budget_rule_everywhere(tmp_path, capsys, eps):
+    from streamguard.cli import main
+
+    for argv in (["plan", "--alpha", "0.1", "--beta", "0.2", "--epsilon", eps, "--stream"],
+                 ["mqm", "--matrix", "[[0.9,0.1],[0.2,0.8]]", "--epsilon", eps, "--stream"],
+                 ["mechanism", "design", "--kind", "rr", "--prior", "[0.5,0.5]", "--epsilon", eps]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--epsilon must be a number in (0, 1000] nats" in err
+    if eps != "nan":  # (TOML has no bare nan)
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(EXAMPLE.read_text().replace("epsilon = 1.0", f"epsilon = {float(eps)!r}"))
+        with pytest.raises(ConfigError, match=r"streams\[occupancy\]\.epsilon: Input should be"):
+            load_settings(cfg)

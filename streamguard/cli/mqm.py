@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+from ..budget import check_budget
 from ..chain import MarkovChain
 from ..quilt import MODES, QuiltModel, Scale, sigma_inf, sigma_max, sigma_supq
 from ..quilt import release as aggregate
@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
         "or (--release) read states from stdin and publish noisy tumbling-window aggregates.")
     m.add_argument("--matrix", action="append", required=True,
                    help='transition matrix as JSON, e.g. "[[0.9,0.1],[0.2,0.8]]"; repeat for a set Θ')
-    m.add_argument("--epsilon", type=float, required=True, help="privacy target ε in nats (> 0)")
+    m.add_argument("--epsilon", type=float, required=True, help="privacy target ε in nats, 0 < ε ≤ 1000")
     length = m.add_mutually_exclusive_group()
     length.add_argument("--T", type=int, help="chain length N: σ_max(N) (with --release: at most N records)")
     length.add_argument("--stream", action="store_true", help="stream of unknown length: σ_∞ (σ̄_supq for supq)")
@@ -78,8 +78,10 @@ def _json_arg(text: str, what: str) -> Any:
 
 
 def _model(args: argparse.Namespace) -> QuiltModel:
-    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-        raise MqmArgumentError("--epsilon must be a finite number > 0")
+    try:
+        check_budget(args.epsilon, "--epsilon")
+    except ValueError as exc:
+        raise MqmArgumentError(str(exc)) from None
     mode = args.influence or ("q" if args.initial is not None else "stat")
     initial = None if args.initial is None else _json_arg(args.initial, "--initial")
     chains = []

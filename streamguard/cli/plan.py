@@ -14,6 +14,7 @@ import numpy as np
 from ..audit import brute_force_leakage, exact_leakage
 from ..audit.brute import MAX_WORK
 from ..audit.start import start_effect
+from ..budget import check_budget
 from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
@@ -172,8 +173,10 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     chain = _chain(args.alpha, args.beta, args.initial)
-    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-        raise CliError("--epsilon must be a finite number > 0")
+    try:
+        check_budget(args.epsilon, "--epsilon")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if args.stream:
         return _stream_plan(args, chain)
     if not args.private:
@@ -265,7 +268,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("plan", parents=[model], help="design a redaction plan for private positions",
                        description="Design 3R redaction (paper 000, corrected) or a baseline for a binary "
                        "Markov chain of n records and report its exact leakage and utility.")
-    p.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats (> 0)")
+    p.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats, 0 < ε ≤ 1000")
     p.add_argument("--n", type=int, help="number of records (not with --stream)")
     p.add_argument("--private", type=int, action="append",
                    help="a private position (1-based); repeat for several")
