@@ -3,33 +3,43 @@
 Precedence (highest first): keyword arguments, environment variables ``STREAMGUARD_<KEY>`` with
 ``__`` for nesting (e.g. ``STREAMGUARD_BROKER__PORT=8883``), the TOML file
 (notes/ecosystem.md §3.1: the TOML source must be added explicitly, ``toml_file`` alone is
-ignored). Unknown keys are errors. Validation errors name the key, e.g.
-``streams.0.epsilon: Input should be greater than 0``.
+ignored). Unknown keys are errors. All validation errors are reported at once, one line each
+naming the key, streams by name, with a "did you mean" for a mistyped key and the environment
+variable when it set the value, e.g. ``streams[kitchen].epsilon: Input should be greater than 0``
+(:mod:`.config_errors`). Relative paths resolve against the config file's directory
+(:mod:`.config_paths`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import tomllib
+import zoneinfo
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from .budget import Epsilon
 from .chain import MarkovChain, ModelError
+from .config_errors import ConfigError, format_errors, unknown_env
+from .config_paths import relative_to, resolve_paths
 from .ingest.spec import IngestConfig, RecordConfig
 from .loopback import is_loopback
 from .model.modelset import ModelSet
 from .stream.records import SensitiveField, StateMap
 
 
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key."""
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _relative_paths(cls, data: Any) -> Any:
+        return resolve_paths(cls, data)
 
 
 class BrokerConfig(_Strict):
@@ -133,19 +143,38 @@ class ModelConfig(_Strict):
 
 
 class ScheduleWindow(_Strict):
-    """A daily private window in local time, e.g. start = "22:00", end = "06:00" (wraps midnight)."""
+    """A daily private window, e.g. start = "22:00", end = "06:00" (wraps midnight), in the IANA
+    time zone ``timezone`` (e.g. "Europe/Berlin"; default: the device's local zone, which
+    ``config check`` prints)."""
 
     start: dt.time
     end: dt.time
+    timezone: str | None = None
 
     @model_validator(mode="after")
     def _not_empty(self) -> ScheduleWindow:
         if self.start == self.end:
             raise ValueError("a schedule window needs start ≠ end")
+        if self.timezone is not None:
+            try:
+                zoneinfo.ZoneInfo(self.timezone)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f'timezone: unknown time zone "{self.timezone}" (an IANA name such as '
+                                 '"Europe/Berlin")') from None
         return self
 
+    def zone(self) -> dt.tzinfo | None:
+        """The window's time zone (None: the device's local zone)."""
+        return None if self.timezone is None else zoneinfo.ZoneInfo(self.timezone)
+
+    def zone_name(self) -> str:
+        """The zone's name as ``config check`` prints it."""
+        if self.timezone is not None:
+            return self.timezone
+        return f"local time ({dt.datetime.now().astimezone().tzname()})"
+
     def contains(self, ts: float) -> bool:
-        t = dt.datetime.fromtimestamp(ts).time()
+        t = dt.datetime.fromtimestamp(ts, self.zone()).time()
         if self.start <= self.end:
             return self.start <= t < self.end
         return t >= self.start or t < self.end
@@ -156,13 +185,14 @@ class ScheduleWindow(_Strict):
         if self.contains(ts):
             return True
         lo, hi = ts - guard, ts + guard
-        first = dt.datetime.fromtimestamp(lo).date() - dt.timedelta(days=1)
-        last = dt.datetime.fromtimestamp(hi).date()
+        zone = self.zone()
+        first = dt.datetime.fromtimestamp(lo, zone).date() - dt.timedelta(days=1)
+        last = dt.datetime.fromtimestamp(hi, zone).date()
         day = first
         while day <= last:
-            begin = dt.datetime.combine(day, self.start).timestamp()
+            begin = dt.datetime.combine(day, self.start, zone).timestamp()
             end_day = day if self.start < self.end else day + dt.timedelta(days=1)
-            end = dt.datetime.combine(end_day, self.end).timestamp()
+            end = dt.datetime.combine(end_day, self.end, zone).timestamp()
             if begin <= hi and lo < end:
                 return True
             day += dt.timedelta(days=1)
@@ -185,7 +215,7 @@ class ChannelConfig(_Strict):
 
     file: Path | None = None
     kind: Literal[CHANNEL_KINDS] | None = None  # type: ignore[valid-type]
-    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
+    epsilon: Epsilon | None = None
     lam: float | None = Field(None, alias="lambda", gt=0, lt=1)
     measure: str | None = None
     joint: Path | None = None
@@ -222,7 +252,7 @@ class AggregateConfig(_Strict):
 
     query: Literal["histogram", "count", "mean"]
     window: int = Field(ge=1, le=1_000_000)
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    epsilon: Epsilon
     influence: Literal["stat", "supq", "approx", "approx-rev"] = "stat"
     state: str | None = None
     values: list[float] | None = None
@@ -305,7 +335,7 @@ class StreamConfig(_Strict):
     raw_topic: str | None = None
     mechanism: Literal["redaction", "channel"] = "redaction"
     #: The redaction budget per private position (``mechanism = "redaction"``).
-    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False)
+    epsilon: Epsilon | None = None
     channel: ChannelConfig | None = None
     aggregates: list[AggregateConfig] = []
     #: Budget of the aggregate releases under the quilt accountant; default: the sum of the
@@ -506,11 +536,11 @@ class Settings(BaseSettings):
     deterministic_seed: int | None = None
     #: Also write every sanitized record to standard output as a JSON line (a second sink).
     stdout: bool = False
-    broker: BrokerConfig = BrokerConfig()
-    outbox: OutboxConfig = OutboxConfig()
-    ledger: LedgerConfig = LedgerConfig()
-    publish: PublishConfig = PublishConfig()
-    homeassistant: HomeAssistantConfig = HomeAssistantConfig()
+    broker: BrokerConfig = Field(default_factory=BrokerConfig)  # (factories: validated while
+    outbox: OutboxConfig = Field(default_factory=OutboxConfig)  # loading, so the default outbox
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)  # path resolves like a given one)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
+    homeassistant: HomeAssistantConfig = Field(default_factory=HomeAssistantConfig)
     streams: list[StreamConfig] = Field(min_length=1)
 
     _toml_path: ClassVar[Path | None] = None
@@ -596,23 +626,34 @@ class Settings(BaseSettings):
         return "/".join([self.topic_base, self.device, *parts])
 
 
-def _format_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "config"
-    return f"{loc}: {first['msg']}"
+def environment_warnings(env: dict[str, str] | None = None) -> list[str]:
+    """One line per ``STREAMGUARD_*`` environment variable that names no configuration key."""
+    return unknown_env(Settings, dict(os.environ) if env is None else env)
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
-    """Load and validate the configuration from a TOML file (plus environment and overrides)."""
-    if path is not None and not Path(path).is_file():
-        raise ConfigError(f"config file {path} does not exist")
+    """Load and validate the configuration from a TOML file (plus environment and overrides).
+    Relative paths resolve against the file's directory; errors are all reported at once."""
+    raw: dict[str, Any] | None = None
+    if path is not None:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
 
     class _FromFile(Settings):
         _toml_path: ClassVar[Path | None] = None if path is None else Path(path)
 
     try:
-        return _FromFile(**overrides)
+        with relative_to(None if path is None else Path(path).parent):
+            return _FromFile(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_format_error(exc)) from None
-    except ValueError as exc:  # TOML syntax errors
+        lines = format_errors(exc, Settings, raw, dict(os.environ)).splitlines()
+        where = "the configuration" if path is None else str(path)
+        if len(lines) == 1:
+            raise ConfigError(lines[0]) from None
+        raise ConfigError(f"{where}: {len(lines)} problems:\n  " + "\n  ".join(lines)) from None
+    except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None

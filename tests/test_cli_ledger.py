@@ -123,9 +123,9 @@ def test_malformed_or_tampered_export_fails_the_check(capsys: pytest.CaptureFixt
 
 @pytest.mark.parametrize("argv, message", [
     (["show", "--db", "/nonexistent/ledger.sqlite"], "no such file"),
-    (["show", "--db", "{db}", "--stream", "nope"], "--stream nope: no such stream"),
+    (["show", "--db", "{db}", "--stream", "nope"],
+     "--stream nope: no such stream in the ledger (streams: hall/door, kitchen/occupancy)"),
     (["show", "--db", "{db}", "--stream", "a/b/c"], "--stream: expected STREAM or DEVICE/STREAM"),
-    (["export", "--db", "{db}"], "--json is required"),
     (["check", "{bad}"], "not valid JSON"),
     (["check", "{other}"], "not a streamguard ledger export"),
     (["check", "{missing}"], "No such file"),
@@ -146,3 +146,50 @@ def test_show_an_empty_ledger(capsys: pytest.CaptureFixture[str], tmp_path: Path
     Ledger.open(tmp_path / "empty.sqlite").close()
     code, out, _ = run(capsys, "show", "--db", str(tmp_path / "empty.sqlite"))
     assert code == 0 and "no releases" in out
+
+
+def test_export_is_json_by_default_and_carries_the_stream_models(capsys: pytest.CaptureFixture[str], db: Path,
+                                                                 tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("""device = "kitchen"
+[outbox]
+path = "o.sqlite"
+[[streams]]
+name = "occupancy"
+labels = ["vacant", "occupied"]
+epsilon = 1.0
+[streams.model]
+alpha = 0.1
+beta = 0.2
+""")
+    code, out, _ = run(capsys, "export", "--db", str(db), "--config", str(cfg))
+    doc = json.loads(out)
+    assert code == 0 and doc["format"] == "streamguard-ledger"
+    model = doc["stream_models"]["kitchen/occupancy"]
+    assert model["matrix"] == [[0.9, 0.1], [0.2, 0.8]] and model["epsilon"] == 1.0 and model["design"] == "optimal"
+    # the fixture's mark names plan "3R-optimal", not what this model's plan is called: the check says so
+    (tmp_path / "e.json").write_text(out)
+    code, out, _ = run(capsys, "check", str(tmp_path / "e.json"))
+    assert code == 1 and "model: event 4: recorded under ε = 1.0, plan 3R-optimal" in out
+    doc["events"][3]["event"]["plan"] = "3R:optimal"  # (the digest chain breaks: an edited event)
+    model["epsilon"] = 5000.0
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "check", str(tmp_path / "f.json"))
+    assert code == 1 and "kitchen/occupancy model: cannot rebuild the plan (epsilon must be a number in (0, 1000]" in out
+
+
+def test_check_redesigns_the_plan_of_a_daemon_ledger(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from streamguard.redaction.plan import plan_stream
+
+    plan = plan_stream(C1, 1.0, design="exact")
+    lk = plan.leakage()
+    with Ledger.open(tmp_path / "l.sqlite") as led:
+        led.commit(RedactionEvent(device="d", stream="s", position=40, seq=40, plan="3R:exact", epsilon=1.0,
+                                  left=lk.left, right=lk.right, total=lk.total, honoured=True, lo=38, hi=42))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('device = "d"\n[outbox]\npath = "o.sqlite"\n[[streams]]\nname = "s"\nlabels = ["a", "b"]\n'
+                   'epsilon = 1.0\ndesign = "exact"\n[streams.model]\nalpha = 0.1\nbeta = 0.2\n')
+    run(capsys, "export", "--db", str(tmp_path / "l.sqlite"), "--config", str(cfg), "--out", str(tmp_path / "e.json"))
+    code, out, _ = run(capsys, "check", str(tmp_path / "e.json"))
+    assert code == 0, out
+    assert f"d/s: plan re-designed from the exported model: exact leakage {lk.total:.6f} nats" in out

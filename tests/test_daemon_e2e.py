@@ -470,6 +470,12 @@ async def test_marks_by_flag_command_now_and_schedule(mosquitto: Broker, tmp_pat
         for p in set(marks_by[name]) - ({35} if name == "late" else set()):
             assert records[p]["redacted"]
         assert reports[name]["counters"]["accepted"] == n
+        # issue 13: each stream's own delivery counters, and since when the counters count
+        d = reports[name]["delivery"]
+        assert d["since"] == reports[name]["counters_since"] > 0
+        assert 0 <= d["stream"]["published_records"] <= d["published_records"]
+        assert 0 <= d["stream"]["buffered"] <= d["buffered"] and d["stream"]["dropped"] == 0
+    assert sum(reports[name]["delivery"]["stream"]["published_records"] for name in truths) > 0
 
 
 # -- 3. broker outages ------------------------------------------------------------------------------

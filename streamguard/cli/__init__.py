@@ -1,7 +1,8 @@
 """Command-line interface: ``streamguard`` and its command groups, a module each.
 
 Positions on the command line and in JSON are 1-based, as in the papers; the library is 0-based.
-Errors are one line on stderr naming the problem (never a data value), exit status 2; ``run``
+Errors are one line on stderr naming the problem (never a data value), exit status 2; an invalid
+configuration exits with :data:`EXIT_CONFIG` (78), listing every problem, one line each; ``run``
 exits with :data:`EXIT_IN_USE` when another streamguard holds its outbox, ledger or MQTT identity.
 """
 
@@ -15,10 +16,11 @@ from collections.abc import Sequence
 from .. import __version__
 from ..chain import ModelError
 from ..channel import ChannelError
+from ..config import ConfigError
 from . import calibrate, config_check, daemon, ledger, mechanism, mqm, plan
-from .common import EXIT_IN_USE, CliError
+from .common import EXIT_CONFIG, EXIT_IN_USE, CliError
 
-__all__ = ["EXIT_IN_USE", "CliError", "build_parser", "main"]
+__all__ = ["EXIT_CONFIG", "EXIT_IN_USE", "CliError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. piped into `head`
         sys.stderr.close()
         return 0
+    except ConfigError as exc:
+        print(f"streamguard: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except (CliError, ModelError, ChannelError, ValueError, OSError) as exc:
         print(f"streamguard: error: {exc}", file=sys.stderr)
         return 2

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 #: ``run``'s exit status when another streamguard holds the outbox or the ledger (it exits at once)
 #: or took over the MQTT client id (it stops): EX_TEMPFAIL.
 EXIT_IN_USE = 75
+#: Exit status of every command when the configuration is invalid: EX_CONFIG (sysexits.h), so
+#: systemd and scripts tell a broken config from a transient failure.
+EXIT_CONFIG = 78
 
 
 class CliError(Exception):
@@ -31,3 +35,20 @@ def read_text(path: Path) -> str:
         return path.read_text()
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}") from None
+def user_plan_cache() -> Any:
+    """The user's plan cache ($XDG_CACHE_HOME/streamguard/plans.json), or None without a home."""
+    from ..redaction.plan_cache import PlanCache, default_cache_path
+
+    path = default_cache_path()
+    return None if path is None else PlanCache(path)
+
+
+def stream_plan(chain: Any, epsilon: float, design: str, split: str | float,
+                threshold: float | str | None = None, label: str = "") -> Any:
+    """A stream plan from the user's plan cache, with a line on stderr while a slow (exact)
+    design runs."""
+    from ..redaction.plan_cache import cached_plan_stream
+
+    return cached_plan_stream(chain, epsilon, design=design, split=split, threshold=threshold,
+                              cache=user_plan_cache(),
+                              progress=lambda msg: print(f"streamguard: {label}{msg}", file=sys.stderr))

@@ -1,4 +1,8 @@
-"""``streamguard config check``: validate configuration files and print what each stream implies."""
+"""``streamguard config check``: validate configuration files and print what each stream implies —
+its model (estimated ones too), plan or channel, aggregates and schedule — with a warning line for
+each setting that will not do what it seems to: a ``max_hold`` shorter than ``delay + 1`` frame
+intervals, a channel stream that leaks more than its per-record ε, an aggregate whose noise is large
+against its window. Numbers are printed to 4–6 significant digits; long tables are folded."""
 
 from __future__ import annotations
 
@@ -11,73 +15,165 @@ import numpy as np
 
 from ..audit.start import start_effect
 from ..model.robust import robust_stream_plan
-from ..redaction.plan import plan_stream
+from .common import EXIT_CONFIG, stream_plan
+
+#: A redaction table by t − p prints at most this many runs of equal rows (first and last half).
+FOLD_RUNS = 8
+#: An aggregate's noise std above this fraction of its range (the window for counts, the value
+#: span for means) is warned about.
+NOISY_FRACTION = 0.25
 
 
-def _check_redaction_stream(cfg: Any) -> None:
+def _num(x: float, digits: int = 4) -> str:
+    return f"{x:.{digits}g}"
+
+
+def _model_line(cfg: Any) -> str:
+    chain = cfg.chain()
+    m = cfg.model
+    if chain.is_binary:
+        text = f"binary chain α={_num(chain.alpha)}, β={_num(chain.beta)}"
+    else:
+        text = "matrix " + "; ".join(" ".join(_num(v, 3) for v in row) for row in chain.matrix)
+    source = (f"estimated from {m.calibration}" if m.calibration is not None else
+              f"the point estimate of {m.file}" if getattr(m, "file", None) is not None else "as given")
+    start = ("first reading's law " + " ".join(_num(v, 3) for v in m.initial) if m.initial is not None
+             else "any law of the first reading")
+    return f"  model ({source}): {text}; {start}"
+
+
+def fold_rows(offsets: np.ndarray, rows: np.ndarray, limit: int = FOLD_RUNS) -> str:
+    """``−7…−4 (0.9857, 1), −3…+3 (1, 1), …``: runs of equal rows; past ``limit`` runs the middle
+    ones are left out (their count is said)."""
+    runs: list[str] = []
+    start = 0
+    for i in range(1, len(offsets) + 1):
+        if i == len(offsets) or not np.array_equal(rows[i], rows[start]):
+            span = f"{int(offsets[start]):+d}" if i - 1 == start else f"{int(offsets[start]):+d}…{int(offsets[i - 1]):+d}"
+            runs.append(f"{span} ({_num(rows[start][0])}, {_num(rows[start][1])})")
+            start = i
+    if len(runs) > limit:
+        half = limit // 2
+        runs = runs[:half] + [f"… {len(runs) - 2 * half} more runs …"] + runs[-half:]
+    return ", ".join(runs)
+
+
+def frame_interval(cfg: Any) -> float | None:
+    """Seconds between frames when the config says (sample_period, or a simulated source's rate)."""
+    if cfg.sample_period:
+        return float(cfg.sample_period)
+    if cfg.source == "sim":
+        return 1.0 / cfg.sim_rate
+    return None
+
+
+def max_hold_warning(cfg: Any, delay: int) -> str | None:
+    """A ``max_hold`` that releases records before ``delay`` later frames can have arrived."""
+    period = frame_interval(cfg)
+    if cfg.max_hold is None or period is None:
+        return None
+    need = (delay + 1) * period
+    if cfg.max_hold >= need:
+        return None
+    return (f"max_hold {_num(cfg.max_hold)} s cannot cover delay + 1 = {delay + 1} frame intervals of "
+            f"{_num(period)} s ({_num(need)} s): a record may leave before the {delay} records after it "
+            "arrive, and a mark on one of those then comes late for it (raise max_hold)")
+
+
+def _check_redaction_stream(cfg: Any) -> list[str]:
     ms = cfg.model_set()
     robust = None if ms is None else robust_stream_plan(ms, cfg.epsilon, design=cfg.design, split=cfg.split)
-    sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split) if robust is None else \
-        robust.evaluation_plan()
+    sp = (stream_plan(cfg.chain(), cfg.epsilon, cfg.design, cfg.split, label=f"stream {cfg.name}: ")
+          if robust is None else robust.evaluation_plan())
     lk = sp.leakage()
-    print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction ε={cfg.epsilon:g}, "
-          f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
+    print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction "
+          f"ε={_num(cfg.epsilon, 6)}, design {cfg.design}, split ε_ℓ={_num(sp.left.budget, 6)} "
+          f"ε_r={_num(sp.right.budget, 6)}")
+    print(_model_line(cfg))
     if robust is not None:
         (a0, a1), (b0, b1) = robust.model_set.alpha_range(), robust.model_set.beta_range()
         wc = robust.worst
-        print(f"  model set ({robust.model_set.kind}, confidence {robust.model_set.confidence}): α ∈ [{a0:.6g}, "
-              f"{a1:.6g}], β ∈ [{b0:.6g}, {b1:.6g}]; the plan's worst case over it ≤ {wc.bound:.6f} nats "
-              f"(attained at α={wc.member[0]:.6g}, β={wc.member[1]:.6g}); the figures below are under that member")
-    print("  redaction by t − p: " + ", ".join(
-        f"{int(d):+d}:({r[0]:.4f},{r[1]:.4f})" for d, r in zip(sp.offsets(), sp.table())))
+        print(f"  model set ({robust.model_set.kind}, confidence {_num(robust.model_set.confidence)}): "
+              f"α ∈ [{_num(a0, 6)}, {_num(a1, 6)}], β ∈ [{_num(b0, 6)}, {_num(b1, 6)}]; the plan's worst case "
+              f"over it ≤ {_num(wc.bound, 6)} nats (attained at α={_num(wc.member[0], 6)}, "
+              f"β={_num(wc.member[1], 6)}); the figures below are under that member")
+    print("  redaction (Pr(⊥|0), Pr(⊥|1)) by t − p: " + fold_rows(sp.offsets(), sp.table()))
     delay = sp.left_horizon if cfg.delay is None else cfg.delay
     print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"
-          f"{f', max hold {cfg.max_hold:g} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
+          f"{f', max hold {_num(cfg.max_hold)} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
+    warnings = []
     if delay < sp.left_horizon:
-        print(f"  warning: delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
+        warnings.append(f"delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
+    hold = max_hold_warning(cfg, delay)
+    if hold is not None:
+        warnings.append(hold)
     initial = None if cfg.model.initial is None else np.array(cfg.model.initial)
     near = start_effect(sp.chain.matrix, sp.left.red[: sp.left_horizon], sp.left.budget, initial)
     print(f"  start of the stream ({'stated initial law' if initial is not None else 'any initial law'}): marks "
           f"before position {near['redact_to_start']} redact their left side to the start; the start matters "
           f"until position {near['matters_until']} (also after every restart)")
-    steps = (f"steps are {cfg.sample_period:g} s slots" if cfg.sample_period else
+    steps = (f"steps are {_num(cfg.sample_period)} s slots" if cfg.sample_period else
              "steps are distinct timestamps (frames without ts cannot be recognised as redeliveries)")
     print(f"  {steps}")
+    return warnings
 
 
-def _check_channel_stream(cfg: Any) -> None:
+def _claim_text(claim: Any) -> str:
+    params = ", ".join(f"{'ε' if k == 'epsilon' else k}={_num(float(v))}" for k, v in claim.params.items())
+    return f"{claim.notion} {params}"
+
+
+def _check_channel_stream(cfg: Any) -> list[str]:
     from ..perturbation.stream_leakage import stream_leakage_report
     from ..stream.channel_runtime import build_channel
 
     channel, _ = build_channel(cfg.channel, cfg.state_map().k)  # designed / loaded and verified exactly
-    claims = ", ".join(f"{c.notion} {c.params}" for c in channel.claims)
+    claims = "; ".join(_claim_text(c) for c in channel.claims)
     print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, per-record channel "
           f"{channel.kind} ({channel.n_y} outputs), verified claims: {claims}")
+    print(_model_line(cfg))
+    warnings = []
     if channel.inputs == "x":
         leak = stream_leakage_report(channel, cfg.chain())
-        kind = "a lower bound (window of " + str(leak["n"]) + ")" if leak["lower_bound"] else "exact"
-        print(f"  leakage about one record of the whole stream under the model: {leak['leakage']} nats ({kind})")
+        kind = f"a lower bound, window of {leak['n']}" if leak["lower_bound"] else "exact"
+        print(f"  leakage about one record of the whole stream under the model: {_num(leak['leakage'], 6)} nats "
+              f"({kind})")
+        per_record = [float(c.params["epsilon"]) for c in channel.claims if "epsilon" in c.params]
+        eps = cfg.channel.epsilon if cfg.channel.epsilon is not None else (max(per_record) if per_record else None)
+        if eps is not None and leak["leakage"] > eps:
+            warnings.append(f"the whole stream leaks {_num(leak['leakage'])} nats about one record, more than "
+                            f"the per-record ε={_num(eps)}: correlated records add up; the per-record ε is not "
+                            "the stream's guarantee")
+    return warnings
 
 
-def _aggregate_lines(cfg: Any) -> list[str]:
+def _aggregate_lines(cfg: Any) -> tuple[list[str], list[str]]:
     from ..quilt import QuiltModel
     from ..stream.aggregates import stream_scale
 
     if not cfg.aggregates:
-        return []
-    out = []
+        return [], []
+    out, warnings = [], []
     chain = cfg.chain()
     for a in cfg.aggregates:
         sc = stream_scale(QuiltModel([chain], a.influence), a.epsilon)
         w = sc.witness
         lipschitz = {"histogram": 2.0, "count": 1.0}.get(a.query)
-        noise = (f"noise ±{math.sqrt(2) * lipschitz * sc.sigma:.3g} (std) per value" if lipschitz is not None
-                 else f"noise ±{math.sqrt(2) * (max(a.values or [0]) - min(a.values or [0])) * sc.sigma / a.window:.3g} "
-                      "(std) on the mean")
-        out.append(f"  aggregate {a.query} every {a.window} positions: ε={a.epsilon:g} ({a.influence}), "
-                   f"σ_∞={sc.sigma:.6g}, witness quilt a={w.a} b={w.b} card={w.card} e={w.e:.4f}; {noise}")
-    out.append(f"  aggregate budget (quilt accountant): {cfg.total_aggregate_budget():g}")
-    return out
+        if lipschitz is not None:
+            std, span, unit = math.sqrt(2) * lipschitz * sc.sigma, float(a.window), "per value"
+        else:
+            span = max(a.values or [0]) - min(a.values or [0])
+            std, unit = math.sqrt(2) * span * sc.sigma / a.window, "on the mean"
+        share = std / span if span > 0 else math.inf
+        out.append(f"  aggregate {a.query} every {a.window} positions: ε={_num(a.epsilon)} ({a.influence}), "
+                   f"σ_∞={_num(sc.sigma, 6)}, witness quilt a={w.a} b={w.b} card={w.card} e={w.e:.4f}; noise "
+                   f"±{_num(std, 3)} (std) {unit}, {_num(100 * share, 2)}% of its range")
+        if share > NOISY_FRACTION:
+            what = f"the window of {a.window} positions" if lipschitz is not None else f"the value span {_num(span)}"
+            warnings.append(f"aggregate {a.query}: noise ±{_num(std, 3)} (std) is large against {what} "
+                            "(a longer window or a larger ε helps)")
+    out.append(f"  aggregate budget (quilt accountant): {_num(cfg.total_aggregate_budget(), 6)}")
+    return out, warnings
 
 
 def _ingest_line(cfg: Any) -> str:
@@ -98,40 +194,54 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import contextlib
     import io
 
-    from ..config import load_settings
+    from ..config import environment_warnings, load_settings
+    from ..config_paths import state_problems
 
+    status = 0
+    for warning in environment_warnings():
+        print(f"warning: {warning}")
     for file in args.files:
         settings = load_settings(Path(file))
         report = io.StringIO()
         with contextlib.redirect_stdout(report):  # printed only once every stream checked out
             for cfg in settings.streams:
-                if cfg.mechanism == "channel":
-                    _check_channel_stream(cfg)
-                else:
-                    _check_redaction_stream(cfg)
-                for q in _aggregate_lines(cfg):
+                warnings = _check_channel_stream(cfg) if cfg.mechanism == "channel" else _check_redaction_stream(cfg)
+                lines, more = _aggregate_lines(cfg)
+                for q in lines:
                     print(q)
                 if cfg.ingest is not None:
                     print(_ingest_line(cfg))
                 if cfg.schedule:
-                    print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
-        print(f"{file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
+                    print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M} ({w.zone_name()})"
+                                                     for w in cfg.schedule))
+                for warning in warnings + more:
+                    print(f"  warning: {warning}")
+        problems = state_problems(settings)
+        verdict = "valid" if not problems else "keys valid, but the daemon cannot start as this user"
+        print(f"{file}: {verdict} — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
               f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}, "
               f"ledger {settings.ledger_path()}")
         if settings.homeassistant.enabled:
             print(f"  Home Assistant discovery: on, prefix {settings.homeassistant.prefix} (one entity per stream)")
+        for problem in problems:
+            print(f"  error: {problem}")
+        if problems:
+            status = EXIT_CONFIG
         if settings.deterministic_seed is not None:
             print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
                   "against anyone who knows the seed)")
         print(report.getvalue(), end="")
-    return 0
+    return status
 
 
 def register(sub: Any) -> None:
     """Add ``config check`` to the command parser."""
     c = sub.add_parser("config", help="configuration tools")
     csub = c.add_subparsers(dest="config_command", required=True)
-    chk = csub.add_parser("check", help="validate config files and print what each stream implies (plans, "
-                                        "channels and their verified claims, aggregate noise scales)")
+    chk = csub.add_parser("check", help="validate config files and print what each stream implies (model, plans, "
+                                        "channels and their verified claims, aggregate noise, schedule time zone), "
+                                        "with warnings; checks that the state files can be written",
+                          description="Exit status 0 when valid, 78 when the configuration (or a state path) "
+                                      "is not usable.")
     chk.add_argument("files", nargs="+", metavar="FILE", help="TOML configuration")
     chk.set_defaults(func=cmd_config_check)

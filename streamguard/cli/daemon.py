@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_IN_USE, CliError
+from .common import EXIT_CONFIG, EXIT_IN_USE, CliError, user_plan_cache
+
+#: ``privatize``'s exit status when more frames were rejected than accepted: EX_DATAERR.
+EXIT_MOSTLY_REJECTED = 65
 
 
 def cmd_privatize(args: argparse.Namespace) -> int:
@@ -25,7 +28,8 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     if name not in names:
         raise CliError(f"--stream {name}: not in the configuration (streams: {', '.join(names)})")
     idx = names.index(name)
-    rt = make_runtime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx))
+    rt = make_runtime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx),
+                      plan_cache=user_plan_cache())
     out = sys.stdout
     for line in sys.stdin.buffer:
         data = line.rstrip(b"\r\n")
@@ -41,6 +45,11 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     rejected = ", ".join(f"{k} {v}" for k, v in sorted(c.rejected.items())) or "none"
     print(f"streamguard: {c.accepted} accepted, {c.released} released, {c.redacted} redacted; rejected: {rejected}",
           file=sys.stderr)
+    refused = sum(c.rejected.values())
+    if refused > c.accepted:
+        print(f"streamguard: error: most frames were rejected ({refused} of {refused + c.accepted}); check the "
+              f"stream (--stream {name}) and its labels or bins", file=sys.stderr)
+        return EXIT_MOSTLY_REJECTED
     return 0
 
 
@@ -82,12 +91,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
-    from ..config import load_settings
+    import logging
+    import sqlite3
+
+    from ..config import environment_warnings, load_settings
+    from ..config_paths import make_state_dirs
     from ..stream.daemon import Daemon, stdin_frames
     from ..stream.outbox import InUse
 
     settings = load_settings(Path(args.config))
     _setup_logging(settings.log_level)
+    for warning in environment_warnings():
+        logging.getLogger("streamguard").warning("%s", warning)
+    make_state_dirs(settings)  # or a ConfigError: one line naming the key (cli.main)
     sources = []
     for cfg in settings.streams:
         if cfg.source == "stdin":
@@ -116,6 +132,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InUse as exc:  # another daemon holds the outbox, the ledger or the MQTT identity
         print(f"streamguard: {exc}", file=sys.stderr)
         return EXIT_IN_USE
+    except sqlite3.Error as exc:  # e.g. a state file that cannot be opened: one line, no traceback
+        print(f"streamguard: error: outbox or ledger ({settings.outbox.path}, {settings.ledger_path()}): {exc}",
+              file=sys.stderr)
+        return EXIT_CONFIG
     except asyncio.CancelledError:  # a second SIGTERM/SIGINT
         print("streamguard: stopped by a second signal before the shutdown finished", file=sys.stderr)
         return 1
@@ -144,7 +164,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _setup_logging("WARNING")
     if args.duration <= 0 or args.rate <= 0:
         raise CliError("--duration and --rate must be positive")
-    if args.broker is not None:
+    if args.broker is None:
+        try:
+            import amqtt.broker  # noqa: F401  (the embedded broker: an optional extra)
+        except ImportError:
+            raise CliError('the embedded broker needs the demo extra: pip install "streamguard[demo]"; or use a '
+                           "broker on this machine: streamguard demo --broker 127.0.0.1:1883") from None
+    else:
         from ..loopback import accepts
 
         host, port = args.broker
@@ -157,7 +183,8 @@ def register(sub: Any) -> None:
     """Add ``privatize``, ``run`` and ``demo`` to the command parser."""
     pz = sub.add_parser("privatize", help="batch mode: raw JSON lines on stdin → sanitized JSON lines on stdout",
                         description="Privatize raw frames (one JSON object per line) with the same core as the "
-                        "daemon; counts go to stderr, sanitized records to stdout.")
+                        "daemon; counts go to stderr, sanitized records to stdout. Exit status "
+                        f"{EXIT_MOSTLY_REJECTED} (EX_DATAERR) when more frames were rejected than accepted.")
     pz.add_argument("--config", required=True, help="TOML configuration")
     pz.add_argument("--stream", help="which configured stream the frames belong to (default: the first)")
     pz.set_defaults(func=cmd_privatize)

@@ -2,10 +2,11 @@
 
 * ``streamguard ledger show --db PATH [--stream NAME] [--json]`` — the odometer of every stream
   (or of ``NAME``: ``DEVICE/STREAM``, or ``STREAM`` on any device). Opens the ledger read-only.
-* ``streamguard ledger export --db PATH --json [--out FILE]`` — every event, refusal and model
-  description plus the declared figures (stdout, or ``FILE``).
+* ``streamguard ledger export --db PATH [--config FILE] [--out FILE]`` — every event, refusal and
+  model description plus the declared figures, as JSON (stdout, or ``FILE``); with ``--config``
+  also each redaction stream's model, ε, design and split (:mod:`streamguard.ledger.stream_models`).
 * ``streamguard ledger check FILE.json`` — recompute every guarantee from the exported events
-  alone; exit 1 and name each discrepancy (an under-count first of all), exit 0 if there is none.
+  alone (and re-design each exported redaction stream's plan from its model); exit 1 and name each discrepancy (an under-count first of all), exit 0 if there is none.
   An export that cannot be re-checked because it is malformed or was tampered with (an event that
   no longer validates, a missing part) fails the check too: exit 1, one line ``malformed: …``
   naming the event and the problem.
@@ -57,7 +58,8 @@ def _select(ledger: Ledger, name: str | None) -> list[tuple[str, str]]:
         raise _Fail("--stream: expected STREAM or DEVICE/STREAM (letters, digits, '_', '-')")
     chosen = [k for k in streams if k[1] == stream and (not device or k[0] == device)]
     if not chosen:
-        raise _Fail(f"--stream {name}: no such stream in the ledger")
+        known = ", ".join(f"{d}/{s}" for d, s in streams) or "none"
+        raise _Fail(f"--stream {name}: no such stream in the ledger (streams: {known})")
     return chosen
 
 
@@ -123,10 +125,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    if not args.json:
-        raise _Fail("export: --json is required (the only export format)")
     with _open(args.db) as ledger:
-        text = json.dumps(ledger.export(), indent=1, allow_nan=False)
+        doc = ledger.export()
+    if args.config is not None:
+        from ..config import load_settings
+        from ..ledger.stream_models import describe_streams
+
+        doc["stream_models"] = describe_streams(load_settings(args.config))
+    text = json.dumps(doc, indent=1, allow_nan=False)
     if args.out is None:
         print(text)
     else:
@@ -155,8 +161,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     for d in sorted(report["discrepancies"], key=lambda d: order.get(d["kind"], 3)):
         print(f"{d['kind']}: {d['where']}: {d['detail']}")
     if report["ok"]:
+        for name, leak in report["plans"].items():
+            print(f"{name}: plan re-designed from the exported model: exact leakage {leak:.6f} nats")
         print(f"ok: {report['events']} events, {len(report['streams'])} streams; every guarantee recomputed "
-              "from the events matches the ledger")
+              "from the events matches the ledger"
+              + ("" if report["plans"] else " (no stream models exported: give export --config to add them)"))
         return 0
     return 1
 
@@ -184,7 +193,9 @@ def register(subparsers: Any) -> None:
     s.set_defaults(func=_guard(cmd_show))
     e = sub.add_parser("export", help="every event, refusal and model, for an offline re-check")
     e.add_argument("--db", type=Path, required=True, help="the ledger's SQLite file")
-    e.add_argument("--json", action="store_true", help="export as JSON (required)")
+    e.add_argument("--json", action="store_true", help="export as JSON (the default and only format)")
+    e.add_argument("--config", type=Path, help="the daemon's TOML configuration: adds each redaction "
+                   "stream's model, ε, design and split, so that check re-designs and re-checks its plan")
     e.add_argument("--out", type=Path, help="write to FILE instead of stdout")
     e.set_defaults(func=_guard(cmd_export))
     c = sub.add_parser("check", help="recompute every guarantee of an export; exit 1 on a discrepancy "

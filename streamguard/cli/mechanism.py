@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..budget import check_budget
 from ..chain import MarkovChain
 from ..perturbation.channel_file import (
     ChannelFileError,
@@ -174,8 +175,10 @@ def cmd_design(args: argparse.Namespace) -> int:
     joint = _model(args)
     if joint is None:
         raise MechanismArgError("give one of --joint FILE.json and --prior \"[...]\"")
-    if not (math.isfinite(args.epsilon) and args.epsilon >= 0):
-        raise MechanismArgError("--epsilon must be a finite number ≥ 0")
+    try:
+        check_budget(args.epsilon, "--epsilon")
+    except ValueError as exc:
+        raise MechanismArgError(str(exc)) from None
     channel = design(args.kind, joint, args.epsilon, lam=args.lam, measure=args.measure, alpha=args.alpha,
                      cost=args.cost)
     try:
@@ -242,7 +245,7 @@ def register(subparsers: Any) -> None:
     d = sub.add_parser("design", parents=[model], help="design a channel, verify it, print or save it",
                        description="Kinds: " + "; ".join(f"{k} ({s.model}) — {s.summary}" for k, s in DESIGNERS.items()))
     d.add_argument("--kind", required=True, choices=KINDS)
-    d.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats")
+    d.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats, 0 < ε ≤ 1000")
     d.add_argument("--lambda", dest="lam", type=float,
                    help="ALIP split ε_l = λε, ε_u = (1−λ)ε (watchdog, aorr, srr; default 0.5)")
     d.add_argument("--measure", choices=_MEASURES, help="privacy measure (kinds watchdog*, linear*)")

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..budget import check_budget
 from ..chain import MarkovChain
 from ..quilt import MODES, QuiltModel, Scale, sigma_inf, sigma_max, sigma_supq
 from ..quilt import release as aggregate
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
                    help='transition matrix as JSON, e.g. "[[0.9,0.1],[0.2,0.8]]"; repeat for a set Θ')
     m.add_argument("--model", metavar="MODEL.json",
                    help="Θ = the members of a finite model set (adds to --matrix); a calibrated region is refused")
-    m.add_argument("--epsilon", type=float, required=True, help="privacy target ε in nats (> 0)")
+    m.add_argument("--epsilon", type=float, required=True, help="privacy target ε in nats, 0 < ε ≤ 1000")
     length = m.add_mutually_exclusive_group()
     length.add_argument("--T", type=int, help="chain length N: σ_max(N) (with --release: at most N records)")
     length.add_argument("--stream", action="store_true", help="stream of unknown length: σ_∞ (σ̄_supq for supq)")
@@ -100,8 +100,10 @@ def _model_set_members(path: str, initial: Any) -> list[MarkovChain]:
 
 
 def _model(args: argparse.Namespace) -> QuiltModel:
-    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-        raise MqmArgumentError("--epsilon must be a finite number > 0")
+    try:
+        check_budget(args.epsilon, "--epsilon")
+    except ValueError as exc:
+        raise MqmArgumentError(str(exc)) from None
     mode = args.influence or ("q" if args.initial is not None else "stat")
     initial = None if args.initial is None else _json_arg(args.initial, "--initial")
     chains = [] if args.model is None else _model_set_members(args.model, initial if mode == "q" else None)

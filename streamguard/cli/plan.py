@@ -14,13 +14,14 @@ import numpy as np
 from ..audit import brute_force_leakage, exact_leakage
 from ..audit.brute import MAX_WORK
 from ..audit.start import start_effect
+from ..budget import check_budget
 from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from ..redaction.design import DESIGNS
-from ..redaction.plan import RedactionPlan, plan_redaction, plan_stream
+from ..redaction.plan import RedactionPlan, plan_redaction
 from . import robust
-from .common import CliError, json_arg, read_text
+from .common import CliError, json_arg, read_text, stream_plan
 
 
 def _split_arg(text: str) -> str | float:
@@ -132,7 +133,7 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
         raise CliError("--stream plans by distance to any private position: no --n or --private")
     initial = None if chain.stationary else chain.initial  # --initial: the first record's law is known
     chain = MarkovChain(chain.matrix)  # the table is planned for the stationary stream
-    sp = plan_stream(chain, args.epsilon, design=args.design, split=args.split, threshold=args.threshold)
+    sp = stream_plan(chain, args.epsilon, args.design, args.split, args.threshold)
     lk = sp.leakage()
     table = sp.table()
     near = start_effect(chain.matrix, sp.left.red[: sp.left_horizon], sp.left.budget, initial)
@@ -172,8 +173,10 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-        raise CliError("--epsilon must be a finite number > 0")
+    try:
+        check_budget(args.epsilon, "--epsilon")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if args.model is not None:
         return robust.cmd_plan_model(args)
     chain = _chain(args.alpha, args.beta, args.initial)
@@ -270,7 +273,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("plan", parents=[model], help="design a redaction plan for private positions",
                        description="Design 3R redaction (paper 000, corrected) or a baseline for a binary "
                        "Markov chain of n records and report its exact leakage and utility.")
-    p.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats (> 0)")
+    p.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats, 0 < ε ≤ 1000")
     p.add_argument("--n", type=int, help="number of records (not with --stream)")
     p.add_argument("--private", type=int, action="append",
                    help="a private position (1-based); repeat for several")

@@ -38,6 +38,7 @@ from ..quilt.model import QuiltModel
 from .book import StreamBook
 from .events import AggregateEvent, Event, EventError, canonical, event_from_json
 from .store import GENESIS, SCHEMA_VERSION, chain_digest, model_from_description
+from .stream_models import recheck_streams
 
 #: Relative tolerance of every comparison (numbers recomputed by the same code are identical;
 #: this only absorbs round-off of a different platform or library version).
@@ -61,8 +62,10 @@ def _above(a: float, b: float) -> bool:
 
 
 def recheck(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """Recompute an export (module docstring); returns ``{"ok", "events", "streams",
-    "discrepancies"}`` where ``streams`` holds the recomputed figures per ``device/stream``."""
+    """Recompute an export (module docstring); returns ``{"ok", "events", "streams", "plans",
+    "discrepancies"}`` where ``streams`` holds the recomputed figures per ``device/stream`` and
+    ``plans`` the exact leakage of each redaction plan re-designed from the exported stream
+    models, when the export has them (:mod:`.stream_models`)."""
     if not isinstance(doc, Mapping) or doc.get("format") != "streamguard-ledger":
         raise RecheckError("not a streamguard ledger export (format)")
     if doc.get("version") != SCHEMA_VERSION:
@@ -158,7 +161,13 @@ def recheck(doc: Mapping[str, Any]) -> dict[str, Any]:
                 elif _above(theirs, mine):
                     flag("inconsistent", where, f"recomputed {mine:.12g} < declared {theirs:.12g} "
                          "(events missing or altered)")
-    return {"ok": not found, "events": len(doc["events"]), "streams": streams, "discrepancies": found}
+    plans: dict[str, float] = {}
+    if doc.get("stream_models") is not None:
+        if not isinstance(doc["stream_models"], dict):
+            raise RecheckError("stream_models: not a JSON object")
+        plans = recheck_streams(doc["stream_models"], doc["events"], flag)
+    return {"ok": not found, "events": len(doc["events"]), "streams": streams, "plans": plans,
+            "discrepancies": found}
 
 
 def _check_claim(event: AggregateEvent, model: QuiltModel, where: str, flag: Any) -> None:

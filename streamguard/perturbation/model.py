@@ -21,6 +21,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..budget import MAX_EPSILON
+
 #: Tolerance for "sums to one" on a joint or a channel row given in floating point.
 SUM_TOL = 1e-9
 
@@ -29,7 +31,7 @@ SUM_TOL = 1e-9
 #: is not a privacy guarantee (the lift of any float model is below 1/5e−324 ≈ e^744.4), and the exact
 #: verifier builds e^ε as a rational: a bound keeps its integers, and so its time, small. Above it a
 #: budget is refused (:func:`require_level`), never clamped.
-MAX_LEVEL = 1000.0
+MAX_LEVEL = MAX_EPSILON
 
 InputKind = Literal["x", "sx"]
 Symbol = int | tuple[int, ...]

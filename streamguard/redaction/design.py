@@ -18,8 +18,11 @@ Designs:
   (lower convex hull) of (0, 0), (1, b_1), …, (K, b_K) and u_k its slopes (notes/000 §4.2, derived).
 - ``exact``: the smallest q whose *exact* side leakage meets the budget: bisection on a common q,
   and per-position refinement (pairwise exchange, then coordinate bisection) started from the
-  better of that and ``optimal`` (notes/000 §4.3). Every accepted point is checked with the exact audit, so privacy does not rest
-  on monotonicity; the start point is feasible by the relaxed bound, so ``exact`` ≥ ``optimal``.
+  better of that and ``optimal`` (notes/000 §4.3). Every accepted point is checked with the exact
+  leakage, so privacy does not rest on monotonicity; the refinement runs compiled on the forward
+  form of the exact leakage (:mod:`.exact_search`, incremental in the changed record) and its
+  result is re-checked with the backward audit; the start point is feasible by the relaxed bound,
+  so ``exact`` ≥ ``optimal``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
+from .exact_search import refine_exact
 from .regions import L, M, side_redaction
 
 DESIGNS = ("paper", "optimal", "exact")
@@ -144,11 +148,15 @@ def q_exact(
     start: NDArray[np.float64],
     budget: float,
     leakage_of: SideOracle,
+    kernels: NDArray[np.float64],
 ) -> NDArray[np.float64]:
     """Smallest q of the M records whose exact side leakage ≤ budget·(1 − EXACT_SLACK).
 
     ``start`` (one q per M record, outward) must be feasible; the ``optimal`` design is, by the
-    relaxed bound. ``leakage_of`` maps a side's (D, 2) redaction table to its exact leakage.
+    relaxed bound. ``leakage_of`` maps a side's (D, 2) redaction table to its exact leakage (the
+    backward audit); ``kernels`` are the side's outward kernels, for the compiled search
+    (:mod:`.exact_search`: pairwise exchange, then coordinate bisection, on the forward form of
+    the same exact leakage). The search's result is accepted only if the audit confirms it.
     """
     K = start.size
     if K == 0:
@@ -161,37 +169,12 @@ def q_exact(
     if not candidates:  # cannot happen for a valid region layout; fail closed
         return np.ones(K)
     q = min(candidates, key=lambda c: float(c.sum())).copy()
-
-    def lowest(q: NDArray[np.float64], j: int) -> NDArray[np.float64]:
-        """q with q[j] lowered as far as the exact leakage allows."""
-        trial = q.copy()
-
-        def ok(v: float) -> bool:
-            trial[j] = v
-            return feasible(trial)
-
-        trial[j] = _bisect_down(ok, q[j], _BISECT_EACH)
-        return trial
-
-    # Per-position refinement by pairwise exchange: raise q_i by h, lower q_j as far as feasible,
-    # keep the move when Σq drops (it reproduces and slightly beats notes/000 §4.3's numbers).
-    for h in _EXCHANGE_STEPS:
-        for _ in range(_EXCHANGE_ROUNDS):
-            improved = False
-            for i in range(K):
-                for j in range(K):
-                    if i == j or q[i] >= 1.0:
-                        continue
-                    raised = q.copy()
-                    raised[i] = min(1.0, raised[i] + h)
-                    trial = lowest(raised, j)
-                    if trial.sum() < q.sum() - 1e-12 and feasible(trial):
-                        q, improved = trial, True
-            if not improved:
-                break
-    for j in range(K - 1, -1, -1):
-        q = lowest(q, j)
-    return q
+    m_pos = np.flatnonzero(regions == M)
+    q_full = np.zeros(regions.shape[0])
+    q_full[m_pos] = q
+    refined = refine_exact(kernels, side_redaction(regions, common, q_full), m_pos, common, q,
+                           budget * (1.0 - EXACT_SLACK), _EXCHANGE_STEPS, _EXCHANGE_ROUNDS, _BISECT_EACH)
+    return refined if feasible(refined) else q  # the audit disagrees (round-off): keep the checked start
 
 
 def design_side(
@@ -201,16 +184,18 @@ def design_side(
     budget: float,
     design: str,
     leakage_of: SideOracle | None = None,
+    kernels: NDArray[np.float64] | None = None,
 ) -> NDArray[np.float64]:
-    """The (D, 2) redaction table of a side for the given ``design`` (see module docstring)."""
+    """The (D, 2) redaction table of a side for the given ``design`` (see module docstring); the
+    exact design needs the side's exact leakage oracle and its outward kernels."""
     if design not in DESIGNS:
         raise ValueError(f"unknown design {design!r}; expected one of {', '.join(DESIGNS)}")
     m_pos, b = relaxation_slacks(influences, regions, common, budget)
     qm = q_paper(b) if design == "paper" else q_optimal(b)
     if design == "exact" and m_pos.size:
-        if leakage_of is None:
-            raise ValueError("the exact design needs an exact leakage oracle")
-        qm = q_exact(regions, common, qm, budget, leakage_of)
+        if leakage_of is None or kernels is None:
+            raise ValueError("the exact design needs an exact leakage oracle and the side's kernels")
+        qm = q_exact(regions, common, qm, budget, leakage_of, kernels)
     q = np.zeros(regions.shape[0])
     q[m_pos] = qm
     return side_redaction(regions, common, q)

@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..audit.exact import Leakage, exact_leakage
+from ..budget import check_budget
 from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..sampling import BitSource, apply_redaction, thresholds
@@ -40,10 +41,8 @@ _SPLIT_GRID = 16
 
 
 def check_epsilon(epsilon: float) -> float:
-    eps = float(epsilon)
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError("epsilon must be a finite number > 0")
-    return eps
+    """The budget of a plan: 0 < ε ≤ 1000 nats, as everywhere (:mod:`streamguard.budget`)."""
+    return check_budget(epsilon)
 
 
 def _split_candidates(

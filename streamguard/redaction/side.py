@@ -135,7 +135,7 @@ def plan_side(model: SideModel, budget: float, design: str, threshold: float | N
     if thr < 0:
         raise ValueError("the region threshold must be ≥ 0")
     infl, regions, common = _classified(model, thr)
-    red = design_side(infl, regions, common, budget, design, model.exact_leakage)
+    red = design_side(infl, regions, common, budget, design, model.exact_leakage, model.kernels(infl.shape[0]))
     redacted = float(np.sum(model.marginals(red.shape[0]) * red))
     return SidePlan(budget, thr, model.length, infl, regions, red, redacted)
 

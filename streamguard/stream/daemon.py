@@ -65,6 +65,7 @@ from .privatizer import Mark
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
+from ..redaction.plan_cache import PlanCache, beside
 from .transport import Message, MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,8 @@ class Daemon:
                 s, cfg, bit_source(s.deterministic_seed, i),
                 resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted,
                               await box.run(Outbox.newest_step, cfg.name)),
-                aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i))
+                aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i),
+                plan_cache=PlanCache(beside(s.outbox.path)))
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "
                             "against anyone who knows the seed", cfg.name)
@@ -379,14 +381,21 @@ class Daemon:
             status["aggregates"] = rt.aggregates.status()
         assert self._box is not None and self._publisher is not None and self._ledger is not None
         ledger, device = self._ledger, self.settings.device
-        buffered, dropped, status["ledger"] = await self._box.run(  # one thread hop
-            lambda b: (len(b), b.dropped, odometer(ledger, device, rt.name, limit=ODOMETER_LIMIT)))
+        buffered, dropped, mine, mine_dropped, status["ledger"] = await self._box.run(  # one thread hop
+            lambda b: (len(b), b.dropped, b.count(rt.name), b.dropped_by_stream[rt.name],
+                       odometer(ledger, device, rt.name, limit=ODOMETER_LIMIT)))
+        stats = self._publisher.stats
+        # counters are since this process started (``since``); "buffered" is the outbox right now
+        status["counters_since"] = self.stats.started
         status["delivery"] = {
+            "since": self.stats.started,
+            "stream": {"buffered": mine, "dropped": mine_dropped,
+                       "published_records": stats.records_by_stream[rt.name]},
             "buffered": buffered,
             "dropped": dropped,
-            "published_records": self._publisher.stats.records,
-            "published_messages": self._publisher.stats.messages,
-            "reconnects": self._publisher.stats.reconnects,
+            "published_records": stats.records,
+            "published_messages": stats.messages,
+            "reconnects": stats.reconnects,
         }
         return json.dumps(status).encode()
 
@@ -402,6 +411,23 @@ class Daemon:
     async def _feed(self, source: FrameSource) -> None:
         async for stream, data in source():
             await self.handle_frame(stream, data)
+
+    async def _until_done(self, stopping: asyncio.Task[Any], essential: list[asyncio.Task[Any]],
+                          sources: list[asyncio.Task[Any]]) -> None:
+        """Wait until a stop is asked, an essential task ends, or a source fails. A source that
+        simply ends (stdin closed) does not stop the other streams: the daemon stops for the end
+        of input only when every source ended and no stream reads from MQTT."""
+        open_sources = set(sources)
+        mqtt_fed = any(c.source == "mqtt" for c in self.settings.streams)
+        while True:
+            done, _ = await asyncio.wait([stopping, *essential, *open_sources], return_when=asyncio.FIRST_COMPLETED)
+            ended = {t for t in done if t in open_sources and not t.cancelled() and t.exception() is None}
+            if done - ended:
+                return
+            open_sources -= ended
+            if not open_sources and not mqtt_fed:
+                return
+            log.info("an input ended (standard input closed); the other streams go on")
 
     def _status_payload(self, state: str) -> bytes:
         s = self.settings
@@ -450,10 +476,11 @@ class Daemon:
         writer = asyncio.create_task(self._writer(), name="writer")
         workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
                    asyncio.create_task(self._ticker(), name="ticker")]
-        workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
+        sources = [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
+        workers += sources
         workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self.handle_frame)]
         stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
+        await self._until_done(stopping, [writer, *workers[:2]], sources)
         failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
                         and w.exception() is not None), None)
         if failure is not None:

@@ -40,6 +40,7 @@ import logging
 import os
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -187,6 +188,8 @@ class Outbox:
         self._count: int = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
         #: Records deleted by the drop-oldest policy since this outbox was opened.
         self.dropped = 0
+        #: ``dropped`` per stream (since start).
+        self.dropped_by_stream: Counter[str] = Counter()
 
     @classmethod
     def from_config(cls, config: OutboxConfig) -> Outbox:
@@ -206,6 +209,10 @@ class Outbox:
     def __len__(self) -> int:
         """The number of stored (unacknowledged) records."""
         return self._count
+
+    def count(self, stream: str) -> int:
+        """The number of stored (unacknowledged) records of one stream."""
+        return int(self._db.execute("SELECT COUNT(*) FROM outbox WHERE stream = ?", (stream,)).fetchone()[0])
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -284,10 +291,13 @@ class Outbox:
                 db.execute("INSERT INTO steps (stream, newest_ts) VALUES (?, ?) ON CONFLICT(stream) "
                            "DO UPDATE SET newest_ts = max(newest_ts, excluded.newest_ts)", (name, ts))
             if items and excess > 0:
+                lost = db.execute("SELECT stream, COUNT(*) FROM (SELECT stream FROM outbox ORDER BY id LIMIT ?) "
+                                  "GROUP BY stream", (excess,)).fetchall()
                 db.execute("DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)", (excess,))
         self._count += len(items) - max(excess, 0) if items else 0
         if items and excess > 0:
             self.dropped += excess
+            self.dropped_by_stream.update(dict(lost))
             log.warning("outbox full: dropped the %d oldest records (%d since start)", excess, self.dropped)
 
     def peek(self, limit: int, after: int = 0) -> list[Row]:

@@ -28,9 +28,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import PublishConfig
@@ -53,6 +53,8 @@ class PublisherStats:
     records: int = 0
     resends: int = 0
     reconnects: int = 0
+    #: ``records`` per stream.
+    records_by_stream: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -241,3 +243,4 @@ class Publisher:
                 self._sent.difference_update(ids)
                 self.stats.messages += len(done)
                 self.stats.records += len(ids)
+                self.stats.records_by_stream.update(r.stream for f in done for r in f.rows)

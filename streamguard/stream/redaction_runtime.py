@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings, StreamConfig
-from ..redaction.plan import StreamPlan, plan_stream
+from ..redaction.plan import StreamPlan
+from ..redaction.plan_cache import PlanCache, cached_plan_stream
 from ..sampling import BitSource
 from ..ledger.events import RedactionEvent
 from ..model.drift import DriftGuard
@@ -32,15 +33,18 @@ class RedactionRuntime(StreamRuntime):
     mechanism = "redaction"
 
     def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource, *, resume: Resume = FRESH,
-                 aggregate_source: BitSource | None = None) -> None:
+                 aggregate_source: BitSource | None = None, plan_cache: PlanCache | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
         #: The model set the plan is robust over (None: the single configured chain).
         self.model_set = cfg.model_set()
         self.robust: RobustStreamPlan | None = None
         if self.model_set is None:
-            self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
-        else:
+            self.plan: StreamPlan = cached_plan_stream(
+                self.chain, cfg.epsilon, design=cfg.design, split=cfg.split,
+                cache=plan_cache,
+                progress=lambda msg: log.info("stream %s: %s", cfg.name, msg))
+        else:  # (robust plans are not cached)
             self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
             self.plan = self.robust.evaluation_plan()
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
