@@ -61,15 +61,23 @@ epsilon = 1.0
 max_hold = 1.0
 [streams.model]
 calibration = "cal.jsonl"
+[[streams.schedule]]
+start = "22:00"
+end = "06:00"
+timezone = "Europe/Berlin"
+[[streams]]
+name = "motion"
+labels = ["off", "on"]
+source = "sim"
+epsilon = 1.0
+[streams.model]
+alpha = 0.1
+beta = 0.3
 [[streams.aggregates]]
 query = "count"
 state = "on"
 window = 10
 epsilon = 0.5
-[[streams.schedule]]
-start = "22:00"
-end = "06:00"
-timezone = "Europe/Berlin"
 """)
     rc, out = _check(capsys, cfg)
     assert rc == 0
