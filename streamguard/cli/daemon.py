@@ -26,6 +26,7 @@ def cmd_privatize(args: argparse.Namespace) -> int:
         raise CliError(f"--stream {name}: not in the configuration (streams: {', '.join(names)})")
     idx = names.index(name)
     rt = make_runtime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx))
+    rt.wall_clock = False  # historical data: any ts in order; a frame without ts gets no time, not "now"
     out = sys.stdout
     for line in sys.stdin.buffer:
         data = line.rstrip(b"\r\n")
