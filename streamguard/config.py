@@ -40,6 +40,9 @@ class BrokerConfig(_Strict):
     password_file: Path | None = None
     client_id: str | None = None
     keepalive: int = Field(60, ge=5, le=3600)
+    #: MQTT protocol version. "5" bounds what the broker sends (Receive Maximum, Maximum Packet
+    #: Size, session expiry: stream/transport.py); "3.1.1" for a broker without MQTT 5.
+    protocol: Literal["5", "3.1.1"] = "5"
 
     @model_validator(mode="after")
     def _one_password(self) -> BrokerConfig:

@@ -2,11 +2,14 @@
 
 Tasks (DESIGN.md §6):
 
-- **control**: one MQTT connection (identifier ``<client id>``) that carries the retained
-  ``<base>/<device>/status`` (``online``; its will is ``offline``), each stream's retained
-  ``<base>/<device>/<stream>/privacy``, and subscribes to each stream's command topic
-  ``…/<stream>/cmd`` and, for ``source = "mqtt"`` streams, its raw topic ``…/<stream>/raw``.
-- **publisher**: a second connection (``<client id>-pub``) draining the outbox in order, QoS 1.
+- **control**: one MQTT connection (identifier ``<client id>``, clean session) that carries the
+  retained ``<base>/<device>/status`` (``online``; its will is ``offline``) and each stream's
+  retained ``<base>/<device>/<stream>/privacy``.
+- **input**: a connection (``<client id>-in``) with a persistent session, subscribed to each
+  stream's command topic ``…/<stream>/cmd`` and, for ``source = "mqtt"`` streams, its raw topic
+  ``…/<stream>/raw``: QoS 1 frames published while it is away (a broker or daemon restart) wait at
+  the broker, and a frame is acknowledged only once handled (back-pressure; stream/transport.py).
+- **publisher**: a third connection (``<client id>-pub``) draining the outbox in order, QoS 1.
 - **sources**: stdin (JSON lines) and in-process simulated devices feed frames like MQTT does.
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
 
@@ -55,7 +58,7 @@ from .privatizer import Mark
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
-from .transport import Message, MqttTransport, Transport, TransportError, reconnecting
+from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,8 @@ class Daemon:
         self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
+        self._input: MqttTransport | None = None
+        self._inputs_ready = asyncio.Event()
         self._status_dirty = asyncio.Event()
         # Store queue (decision order) drained by one writer task in groups.
         self._queue: deque[_StoreEntry] = deque()
@@ -170,10 +175,11 @@ class Daemon:
         spans = [book.span(f) for f in book.families() if f != "redaction"]
         return max((hi + 1 for _, hi in filter(None, spans)), default=0)
 
-    def _transport(self, suffix: str, *, will: bool) -> MqttTransport:
+    def _transport(self, suffix: str, *, will: bool, persistent: bool = False) -> MqttTransport:
         s = self.settings
         return MqttTransport(s.broker, s.publish, device=s.device, status_topic=s.topic("status"),
-                             identifier_suffix=suffix, will=will, instance=self.instance if will else None)
+                             identifier_suffix=suffix, will=will, instance=self.instance if will else None,
+                             persistent_session=persistent)
 
     # -- frames -------------------------------------------------------------------------------
     async def handle_frame(self, stream: str, data: bytes) -> None:
@@ -259,26 +265,35 @@ class Daemon:
 
     # -- tasks --------------------------------------------------------------------------------
     async def _control_session(self, t: Transport) -> None:
-        s = self.settings
-        status_topic = s.topic("status")
+        """The status connection (clean session): the takeover check, ``online`` and the privacy
+        status. (Not the persistent input session: statuses queued there while it was away — our
+        own previous process's, say — would look like another instance's live status.)"""
+        status_topic = self.settings.topic("status")
         self._status_checked.clear()
         # the status first: its retained message (delivered after this SUBACK) is the takeover check
         await t.subscribe(status_topic)
-        for rt in self.runtimes.values():
-            await t.subscribe(rt.command_topic())
-            if rt.cfg.source == "mqtt":
-                await t.subscribe(rt.raw_topic())
-        routes: dict[str, tuple[str, bool]] = {}
-        for rt in self.runtimes.values():
-            routes[rt.command_topic()] = (rt.name, True)
-            if rt.cfg.source == "mqtt":
-                routes[rt.raw_topic()] = (rt.name, False)
         status = asyncio.create_task(self._go_online(t))
         try:
             async for msg in t.messages():
                 if msg.topic == status_topic:
                     self._check_status(msg)
-                    continue
+        finally:
+            await _stop_tasks([status], TASK_STOP_TIMEOUT)
+
+    async def _input_session(self, t: Transport) -> None:
+        """The input connection (persistent session, stream/transport.py: Sessions): each stream's
+        command topic and, for ``source = "mqtt"``, its raw topic. A message is acknowledged once
+        handled, so a stalled intake stops the broker instead of filling memory."""
+        routes: dict[str, tuple[str, bool]] = {}
+        for rt in self.runtimes.values():
+            routes[rt.command_topic()] = (rt.name, True)
+            if rt.cfg.source == "mqtt":
+                routes[rt.raw_topic()] = (rt.name, False)
+        for topic in routes:
+            await t.subscribe(topic)
+        self._inputs_ready.set()
+        try:
+            async for msg in t.messages():
                 route = routes.get(msg.topic)
                 if route is None:
                     continue
@@ -288,7 +303,9 @@ class Daemon:
                 else:
                     await self.handle_frame(name, msg.payload)
         finally:
-            await _stop_tasks([status], TASK_STOP_TIMEOUT)
+            if held := t.held:  # (never acknowledged: the persistent session gets them again)
+                log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
+                            "them again to the next session", held)
 
     def _check_status(self, msg: Message) -> None:
         """Raise :class:`InUse` if ``msg`` (on our status topic) is another streamguard's status
@@ -309,11 +326,12 @@ class Daemon:
 
     async def _go_online(self, t: Transport) -> None:
         """Publish ``online`` once the retained status passed :meth:`_check_status` (or none came
-        within ``CLAIM_WAIT``), then keep the privacy status fresh. Every subscription is in place
-        by then: a producer that waits for ``online`` loses no frame."""
+        within ``CLAIM_WAIT``) and the input subscriptions are in place (a producer that waits for
+        ``online`` loses no frame), then keep the privacy status fresh."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLAIM_WAIT):
                 await self._status_checked.wait()
+        await self._inputs_ready.wait()
         await t.publish(self.settings.topic("status"), self._status_payload("online"), retain=True)
         self._claimed = True
         self._status_dirty.set()
@@ -345,8 +363,14 @@ class Daemon:
             "published_records": self._publisher.stats.records,
             "published_messages": self._publisher.stats.messages,
             "reconnects": self._publisher.stats.reconnects,
+            **self._intake_counters(),
         }
         return json.dumps(status).encode()
+
+    def _intake_counters(self) -> dict[str, int]:
+        """What the input connection knows was lost on the way in (transport.py: Sessions)."""
+        c = self._input
+        return {"sessions_lost": 0 if c is None else c.sessions_lost}
 
     async def _ticker(self) -> None:
         while True:
@@ -400,19 +424,23 @@ class Daemon:
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
         s = self.settings
         await self._restore(box)
-        self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish)
+        self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish, backoff=PROMPT)
         self._control = self._transport("", will=True)
+        # raw frames and commands published while this connection is away wait at the broker (QoS 1)
+        self._input = self._transport("-in", will=False, persistent=True)
         publisher = asyncio.create_task(self._publisher.run(), name="publisher")
         writer = asyncio.create_task(self._writer(), name="writer")
-        workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
+        workers = [asyncio.create_task(reconnecting(self._control, self._control_session, backoff=PROMPT),
+                                       name="control"),
+                   asyncio.create_task(reconnecting(self._input, self._input_session, backoff=PROMPT), name="input"),
                    asyncio.create_task(self._ticker(), name="ticker")]
         workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
         stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
-        failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
+        await asyncio.wait([stopping, writer, publisher, *workers], return_when=asyncio.FIRST_COMPLETED)
+        failure = next((w.exception() for w in (writer, publisher, *workers) if w.done() and not w.cancelled()
                         and w.exception() is not None), None)
         if failure is not None:
-            if not isinstance(failure, InUse):  # (InUse: the caller reports it, in one line)
+            if not isinstance(failure, InUse | ConnectRefused):  # (the caller reports those, in one line)
                 log.error("stopping: a task failed: %s", failure)
         elif not stop.is_set():
             log.info("stopping: the input ended")
@@ -430,7 +458,8 @@ class Daemon:
                 log.error("shutdown: %d decided records could not be stored in time",
                           sum(len(e.items) for e in self._queue))
         await _stop_tasks([writer], TASK_STOP_TIMEOUT)
-        taken_over = isinstance(failure, InUse)  # the other daemon owns the identity: leave it alone
+        # the other daemon owns the identity: leave it alone; or the broker refuses us: no use trying
+        taken_over = isinstance(failure, InUse | ConnectRefused)
         if not taken_over and not await self._publisher.drain(self._left(deadline) - OFFLINE_RESERVE):
             log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
                         await box.run(len))
