@@ -8,6 +8,9 @@ from typing import Any
 #: ``run``'s exit status when another streamguard holds the outbox or the ledger (it exits at once)
 #: or took over the MQTT client id (it stops): EX_TEMPFAIL.
 EXIT_IN_USE = 75
+#: ``run``'s exit status when the broker refuses it for good (credentials, TLS; retrying cannot mend
+#: it) or the password file cannot be read: EX_CONFIG.
+EXIT_CONFIG = 78
 
 
 class CliError(Exception):

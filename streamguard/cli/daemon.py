@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_IN_USE, CliError
+from .common import EXIT_CONFIG, EXIT_IN_USE, CliError
 
 
 def cmd_privatize(args: argparse.Namespace) -> int:
@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..config import load_settings
     from ..stream.daemon import Daemon, stdin_frames
     from ..stream.outbox import InUse
+    from ..stream.transport import ConnectRefused
 
     settings = load_settings(Path(args.config))
     _setup_logging(settings.log_level)
@@ -117,6 +118,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InUse as exc:  # another daemon holds the outbox, the ledger or the MQTT identity
         print(f"streamguard: {exc}", file=sys.stderr)
         return EXIT_IN_USE
+    except ConnectRefused as exc:  # retrying cannot mend it: systemd shows the failure
+        print(f"streamguard: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except asyncio.CancelledError:  # a second SIGTERM/SIGINT
         print("streamguard: stopped by a second signal before the shutdown finished", file=sys.stderr)
         return 1
@@ -167,7 +171,9 @@ def register(sub: Any) -> None:
                        "raw frames in (MQTT, stdin or simulated), sanitized records out over MQTT. The first "
                        "signal stops in order within 20 s; a second one cuts the shutdown short (exit status 1). "
                        f"Exit status {EXIT_IN_USE} (EX_TEMPFAIL): another streamguard holds the outbox or the "
-                       "ledger (at start) or took over the MQTT client id.")
+                       f"ledger (at start) or took over the MQTT client id; {EXIT_CONFIG} (EX_CONFIG): the broker "
+                       "refuses the connection for good (credentials, TLS certificate, TLS at one end only) or the "
+                       "password file cannot be read; 2: the configuration is invalid.")
     r.add_argument("--config", required=True, help="TOML configuration (see examples/streamguard.toml)")
     r.set_defaults(func=cmd_run)
 

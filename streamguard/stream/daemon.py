@@ -58,6 +58,7 @@ from .privatizer import Mark
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
+from .systemd import Notifier
 from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,8 @@ class Daemon:
         #: another streamguard's on the same topic.
         self.instance = secrets.token_hex(8)
         self._claimed = False  # published "online" at least once
+        #: systemd's notify protocol (READY, STATUS, STOPPING, WATCHDOG); inert outside systemd.
+        self.systemd = Notifier()
         self._status_checked = asyncio.Event()
 
     # -- set-up -------------------------------------------------------------------------------
@@ -436,6 +439,18 @@ class Daemon:
                    asyncio.create_task(self._ticker(), name="ticker")]
         workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
         stopping = asyncio.create_task(stop.wait())
+        watchdog = asyncio.create_task(self.systemd.watchdog(), name="watchdog")  # (until the very end)
+        self.systemd.notify(READY="1", STATUS=f"running {len(self.runtimes)} stream(s): "
+                            + ", ".join(self.runtimes))
+        try:
+            await self._serve(box, stop, stopping, writer, publisher, workers)
+        finally:
+            await _stop_tasks([watchdog], TASK_STOP_TIMEOUT)
+
+    async def _serve(self, box: AsyncOutbox, stop: asyncio.Event, stopping: asyncio.Task[Any],
+                     writer: asyncio.Task[None], publisher: asyncio.Task[None],
+                     workers: list[asyncio.Task[Any]]) -> None:
+        """Run until ``stop``, the end of the input or a failure, then shut down in order."""
         await asyncio.wait([stopping, writer, publisher, *workers], return_when=asyncio.FIRST_COMPLETED)
         failure = next((w.exception() for w in (writer, publisher, *workers) if w.done() and not w.cancelled()
                         and w.exception() is not None), None)
@@ -444,6 +459,7 @@ class Daemon:
                 log.error("stopping: a task failed: %s", failure)
         elif not stop.is_set():
             log.info("stopping: the input ended")
+        self.systemd.notify(STOPPING="1", STATUS="stopping: storing and publishing what is decided")
         deadline = asyncio.get_running_loop().time() + SHUTDOWN_TIMEOUT
         # 1. stop intake  2. decide what is pending  3. store it  4. drain  5. offline  6. disconnect
         await _stop_tasks([*workers, stopping], TASK_STOP_TIMEOUT)

@@ -148,6 +148,8 @@ INCOMING_LIMIT = 64
 #: MQTT 5 Session Expiry Interval of a persistent session (seconds the broker keeps it, and the
 #: QoS 1 messages queued for it, after a disconnect).
 SESSION_EXPIRY = 7 * 24 * 3600
+#: Consecutive TLS handshakes reset by the broker that make a TLS-at-one-end-only error.
+_TLS_RESETS = 3
 #: CONNACK reason codes (MQTT 5; paho maps MQTT 3.1.1 return codes onto them) that retrying cannot
 #: mend: malformed packet, protocol error, unsupported protocol version, client identifier not
 #: valid, bad user name or password, not authorized, banned, bad authentication method.
@@ -201,6 +203,7 @@ class MqttTransport:
         #: this transport was created).
         self.connections = 0
         self.sessions_lost = 0
+        self._tls_resets = 0  # consecutive TLS handshakes the broker reset
         #: Whether the broker resumed a stored session on the last connect (CONNACK flag).
         self.session_present = False
 
@@ -278,7 +281,15 @@ class MqttTransport:
         try:
             await client.__aenter__()
         except aiomqtt.MqttError as exc:
-            raise _connect_error(b, exc) from exc
+            error = _connect_error(b, exc)
+            # a plain listener resets a TLS handshake: once may be a broker restarting, every time is
+            # TLS at one end only
+            self._tls_resets = self._tls_resets + 1 if b.tls and isinstance(exc.__context__, ConnectionResetError) else 0
+            if self._tls_resets >= _TLS_RESETS:
+                error = ConnectRefused(f"TLS to {b.host}:{b.port}: the broker reset the handshake {self._tls_resets} "
+                                       "times in a row: is its listener on that port plain MQTT (broker.tls, broker.port)?")
+            raise error from exc
+        self._tls_resets = 0
         # aiomqtt sets its "disconnected" future with an exception when a connection drops; when
         # nothing awaits it then, asyncio logs "Future exception was never retrieved" (issue 13)
         client._disconnected.add_done_callback(_retrieve)
