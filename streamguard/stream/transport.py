@@ -19,15 +19,14 @@ implements it on aiomqtt 2.x. Semantics:
   consumer comes back for the next one, i.e. once it has been handled: a consumer that stops
   reading stops the acknowledgements, and the broker stops sending (back-pressure).
 - **Bounds** (issue 13). Received messages wait in one queue (aiomqtt's); once it holds
-  :data:`INCOMING_LIMIT` the socket is no longer read until it is half empty, so TCP flow control
-  stops the broker (back-pressure: the broker keeps what it could not send, queued for our
-  session). Under MQTT 5 (``broker.protocol = "5"``, the default) the CONNECT also carries Receive
-  Maximum :data:`RECEIVE_MAXIMUM` and Maximum Packet Size :data:`MAX_PACKET_BYTES`: the broker
-  never sends a larger packet (it discards it), so a frame far over the 16 KB frame limit never
-  reaches this process. Raw input held in memory is thus about ``INCOMING_LIMIT ×
-  MAX_PACKET_BYTES`` (≈ 1.3 MB; a few packets more that one read of the socket decodes). Under
-  MQTT 3.1.1 the packet size is bounded only by the broker's ``max_packet_size``
-  (deploy/mosquitto.conf).
+  :data:`INCOMING_LIMIT` messages or :data:`INCOMING_BYTES` of payload the socket is no longer
+  read until both are halved, so TCP flow control stops the broker (back-pressure: the broker
+  keeps what it could not send, queued for our session). Under MQTT 5 (``broker.protocol = "5"``,
+  the default) the CONNECT also carries Receive Maximum :data:`RECEIVE_MAXIMUM` and Maximum Packet
+  Size :data:`MAX_PACKET_BYTES` (1 MiB): the broker never sends a larger packet (it discards it).
+  Raw input held in memory is thus at most about ``INCOMING_BYTES`` plus a few packets (one read
+  of the socket, the message being handled): ≈ 4 MiB. Under MQTT 3.1.1 a packet is bounded only by
+  the broker's ``max_packet_size`` (deploy/mosquitto.conf).
 - **Sessions.** ``persistent_session`` keeps the broker-side session (subscriptions and queued
   QoS 1 messages) for :data:`SESSION_EXPIRY` seconds after a disconnect (MQTT 5; MQTT 3.1.1: a
   non-clean session, kept as long as the broker's ``persistent_client_expiration`` allows).
@@ -67,7 +66,6 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from ..config import BrokerConfig, PublishConfig
-from .records import MAX_FRAME_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +137,15 @@ TransportT = TypeVar("TransportT", bound=Transport)
 _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 #: MQTT 5 Receive Maximum: unacknowledged QoS 1 messages the broker may send us at once.
 RECEIVE_MAXIMUM = 32
-#: MQTT 5 Maximum Packet Size: the frame limit (records.MAX_FRAME_BYTES) plus room for the topic and
-#: properties. A frame a little over the limit still arrives (and is refused, failing closed, by the
-#: frame check); a larger one is discarded by the broker.
-MAX_PACKET_BYTES = MAX_FRAME_BYTES + 4096
-#: Incoming messages queued before the socket is no longer read (TCP back-pressure).
+#: MQTT 5 Maximum Packet Size: 1 MiB plus room for the topic and properties. Frames over the 16 KB
+#: frame limit (records.MAX_FRAME_BYTES) up to this size still arrive and are refused by the frame
+#: check, failing closed (the step is redacted, protected as private: issue 9 item 8); a larger
+#: one is discarded by the broker and never seen — like a frame lost on the way.
+MAX_PACKET_BYTES = 2**20 + 4096
+#: Incoming messages, and their payload bytes, queued before the socket is no longer read (TCP
+#: back-pressure); reading resumes at half of each.
 INCOMING_LIMIT = 64
+INCOMING_BYTES = 2**20
 #: MQTT 5 Session Expiry Interval of a persistent session (seconds the broker keeps it, and the
 #: QoS 1 messages queued for it, after a disconnect).
 SESSION_EXPIRY = 7 * 24 * 3600
@@ -224,17 +225,21 @@ class MqttTransport:
         gate: _ReaderGate | None = None  # (set once the client exists; only the client fills the queue)
 
         class Incoming(asyncio.Queue):  # type: ignore[type-arg]
-            """aiomqtt's queue of received messages: at INCOMING_LIMIT the socket is no longer read
-            (TCP back-pressure to the broker) until the queue is half empty."""
+            """aiomqtt's queue of received messages: at INCOMING_LIMIT messages or INCOMING_BYTES
+            the socket is no longer read (TCP back-pressure to the broker) until both are halved."""
+
+            size = 0  # payload bytes queued
 
             def put_nowait(self, item: Any) -> None:
                 super().put_nowait(item)
-                if self.qsize() >= INCOMING_LIMIT and gate is not None:
+                self.size += len(item.payload)
+                if (self.qsize() >= INCOMING_LIMIT or self.size >= INCOMING_BYTES) and gate is not None:
                     gate.pause()
 
             def get_nowait(self) -> Any:
                 item = super().get_nowait()
-                if self.qsize() <= INCOMING_LIMIT // 2 and gate is not None:
+                self.size -= len(item.payload)
+                if self.qsize() <= INCOMING_LIMIT // 2 and self.size <= INCOMING_BYTES // 2 and gate is not None:
                     gate.resume()
                 return item
 
