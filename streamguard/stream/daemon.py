@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import secrets
+import sqlite3
 import sys
 import time
 from collections import deque
@@ -58,6 +59,8 @@ from .privatizer import Mark
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
+from .disk import RETRY_INTERVAL as DISK_RETRY
+from .disk import is_disk_full
 from .systemd import Notifier
 from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
 
@@ -94,6 +97,9 @@ class DaemonStats:
     frames: int = 0
     stored: int = 0
     outbox_full_waits: int = 0
+    #: Attempts to store that met a full disk, and since when it is full (None: it is not).
+    disk_full_waits: int = 0
+    disk_full_since: float | None = None
 
 
 class Daemon:
@@ -248,6 +254,15 @@ class Daemon:
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
                         await asyncio.sleep(0.1)
+                    except (sqlite3.OperationalError, OSError) as exc:
+                        if not is_disk_full(exc):
+                            raise
+                        await self._disk_full(exc)
+                if self.stats.disk_full_since is not None:
+                    log.warning("the disk has room again after %.0f s: storing resumes",
+                                time.time() - self.stats.disk_full_since)
+                    self.stats.disk_full_since = None
+                    self.systemd.notify(STATUS="running: the disk has room again")
                 stored = sum(len(e.items) for e in group)
                 self.stats.stored += stored
                 if stored:
@@ -258,6 +273,23 @@ class Daemon:
                 if report:
                     self._status_dirty.set()
             self._idle.set()
+
+    async def _disk_full(self, exc: BaseException) -> None:
+        """The disk is full (stream/disk.py): say so once, free the WAL files, wait and let the
+        writer retry; intake waits meanwhile."""
+        self.stats.disk_full_waits += 1
+        if self.stats.disk_full_since is None:
+            self.stats.disk_full_since = time.time()
+            log.error("the disk holding the outbox or the ledger is full (%s): intake is held until space is "
+                      "freed; records decided so far wait in memory", exc)
+            self.systemd.notify(STATUS="disk full: intake held until space is freed")
+        assert self._box is not None and self._ledger is not None
+        ledger = self._ledger
+        try:
+            await self._box.run(lambda b: (b.checkpoint(), ledger.checkpoint()))
+        except (sqlite3.OperationalError, OSError) as err:
+            log.debug("checkpoint on a full disk failed: %s", err)
+        await asyncio.sleep(DISK_RETRY)
 
     async def _flush_stores(self) -> None:
         """Wait until everything queued is in the outbox."""
@@ -516,13 +548,17 @@ class Daemon:
         next_window: dict[str, int] = {}
         for e in group:
             e.events = []
-            for a in e.aggregates:
+            while e.aggregates:  # each one leaves the list once admitted or refused: a retry (full
+                a = e.aggregates[0]  # disk) never records it twice
                 if self._admit(a):
                     key = f"{a.rt.name}/aggregate"
-                    seq = next_window.get(key, box.next_position(key))
+                    seq = next_window.get(key)
+                    if seq is None:  # (past the windows a failed attempt already numbered)
+                        seq = max([box.next_position(key)] + [it.seq + 1 for g in group for it in g.items
+                                                              if it.stream == key])
                     next_window[key] = seq + 1
                     e.items.append(Item(key, seq, a.rt.aggregate_topic(), a.rt.aggregate_payload(a.query, a.release)))
-            e.aggregates = []
+                e.aggregates.pop(0)
         decisions: dict[str, list[tuple[int, float, float]]] = {}
         marks: dict[str, dict[int, dict[str, Any]]] = {}
         newest: dict[str, float] = {}

@@ -309,6 +309,10 @@ class Outbox:
         self._count -= deleted
         return deleted
 
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it to zero bytes (frees its disk space)."""
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def reserve(self, stream: str, upto: int) -> None:
         """Raise the stream's position mark to ``upto`` (never lowers it), durably."""
         with self._transaction() as db:

@@ -285,6 +285,12 @@ class MqttTransport:
         client = self._new_client()
         try:
             await client.__aenter__()
+        except asyncio.CancelledError:
+            # cancelled while waiting for CONNACK: aiomqtt's future is cancelled with the wait, and its
+            # disconnect callback would raise on it later ("Exception in callback"): give it a new one
+            if client._connected.cancelled():
+                client._connected = asyncio.get_running_loop().create_future()
+            raise
         except aiomqtt.MqttError as exc:
             error = _connect_error(b, exc)
             # a plain listener resets a TLS handshake: once may be a broker restarting, every time is
