@@ -51,7 +51,7 @@ def _fill(d: Path) -> Path:
     return filler
 
 
-async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk: Path,
+async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk: Path,  # noqa: F811
                                                   caplog: pytest.LogCaptureFixture) -> None:
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
 
