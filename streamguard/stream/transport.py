@@ -69,6 +69,17 @@ from ..config import BrokerConfig, PublishConfig
 
 log = logging.getLogger(__name__)
 
+
+class _OrdinaryDisconnect(logging.Filter):
+    """paho logs a dropped connection at ERROR ("failed to receive on socket: …"); the reconnect
+    loop already reports it once, as a warning (issue 13: each failed attempt logged once)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("failed to receive on socket", "failed to send on socket"))
+
+
+log.getChild("paho").addFilter(_OrdinaryDisconnect())
+
 T = TypeVar("T")
 
 
