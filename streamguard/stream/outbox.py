@@ -36,6 +36,7 @@ import functools
 import json
 import logging
 import os
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -54,6 +55,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 Overflow = Literal["drop-oldest", "stop-input"]
+#: Seconds between two "outbox full: dropping" warnings (the count is in each, and in the status).
+DROP_LOG_INTERVAL = 10.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -182,6 +185,7 @@ class Outbox:
         self._count: int = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
         #: Records deleted by the drop-oldest policy since this outbox was opened.
         self.dropped = 0
+        self._drop_logged = -math.inf  # when a drop was last logged (time.monotonic)
 
     @classmethod
     def from_config(cls, config: OutboxConfig) -> Outbox:
@@ -283,7 +287,10 @@ class Outbox:
         self._count += len(items) - max(excess, 0) if items else 0
         if items and excess > 0:
             self.dropped += excess
-            log.warning("outbox full: dropped the %d oldest records (%d since start)", excess, self.dropped)
+            now = time.monotonic()
+            if now - self._drop_logged >= DROP_LOG_INTERVAL:  # rate-limited: one line per interval
+                self._drop_logged = now
+                log.warning("outbox full: dropping the oldest records (%d since start)", self.dropped)
 
     def peek(self, limit: int, after: int = 0) -> list[Row]:
         """Up to ``limit`` stored records with ``id > after``, oldest first (per-stream order is
