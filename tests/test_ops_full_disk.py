@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -100,3 +101,19 @@ async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk:
     assert any("room again" in r.getMessage() for r in caplog.records)
     with Outbox(small_disk / "outbox.sqlite", 10, "drop-oldest") as box:
         assert box.next_position("s") == 3100  # every frame's record decided and stored
+
+
+def test_full_disk_at_start_is_one_line_and_exit_74(mosquitto: Broker, small_disk: Path, tmp_path: Path) -> None:  # noqa: F811
+    """At start the databases cannot be created: one line, exit 74 (EX_IOERR, in the unit's
+    RestartPreventExitStatus: no restart loop)."""
+    from daemon_harness import daemon_toml
+
+    _fill(small_disk)
+    conf = daemon_toml(tmp_path / "c.toml", small_disk / "outbox.sqlite", mosquitto.port, base="sgd", device="disk",
+                       stream="s", labels=("off", "on"), source="stdin")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGUARD_")}
+    proc = subprocess.run([sys.executable, "-m", "streamguard.cli", "run", "--config", str(conf)],
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60, env=env)
+    err = proc.stderr.decode()
+    assert proc.returncode == 74, err
+    assert "Traceback" not in err and err.count("streamguard: error:") == 1 and "full" in err, err

@@ -11,6 +11,8 @@ EXIT_IN_USE = 75
 #: ``run``'s exit status when the broker refuses it for good (credentials, TLS; retrying cannot mend
 #: it) or the password file cannot be read: EX_CONFIG.
 EXIT_CONFIG = 78
+#: ``run``'s exit status when the disk under the outbox or the ledger is full at start: EX_IOERR.
+EXIT_DISK_FULL = 74
 
 
 class CliError(Exception):

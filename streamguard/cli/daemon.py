@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_CONFIG, EXIT_IN_USE, CliError
+from .common import EXIT_CONFIG, EXIT_DISK_FULL, EXIT_IN_USE, CliError
 
 
 def cmd_privatize(args: argparse.Namespace) -> int:
@@ -82,10 +82,12 @@ def _sim_source(settings: Any) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
+    import sqlite3
 
     from ..config import load_settings
     from ..stream.daemon import Daemon, stdin_frames
     from ..stream.outbox import InUse
+    from ..stream.disk import is_disk_full
     from ..stream.transport import ConnectRefused
 
     settings = load_settings(Path(args.config))
@@ -121,6 +123,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConnectRefused as exc:  # retrying cannot mend it: systemd shows the failure
         print(f"streamguard: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except (sqlite3.OperationalError, OSError) as exc:
+        if not is_disk_full(exc):
+            raise
+        # (while running, a full disk holds intake instead: stream/disk.py)
+        print(f"streamguard: error: the disk holding {settings.outbox.path} or the ledger is full: {exc}",
+              file=sys.stderr)
+        return EXIT_DISK_FULL
     except asyncio.CancelledError:  # a second SIGTERM/SIGINT
         print("streamguard: stopped by a second signal before the shutdown finished", file=sys.stderr)
         return 1
@@ -173,7 +182,8 @@ def register(sub: Any) -> None:
                        f"Exit status {EXIT_IN_USE} (EX_TEMPFAIL): another streamguard holds the outbox or the "
                        f"ledger (at start) or took over the MQTT client id; {EXIT_CONFIG} (EX_CONFIG): the broker "
                        "refuses the connection for good (credentials, TLS certificate, TLS at one end only) or the "
-                       "password file cannot be read; 2: the configuration is invalid.")
+                       f"password file cannot be read; {EXIT_DISK_FULL} (EX_IOERR): the state disk is full at start; "
+                       "2: the configuration is invalid.")
     r.add_argument("--config", required=True, help="TOML configuration (see examples/streamguard.toml)")
     r.set_defaults(func=cmd_run)
 
