@@ -322,6 +322,15 @@ class PublishConfig(_Strict):
     window: int = Field(100, ge=1, le=10_000)
 
 
+class MetricsConfig(_Strict):
+    """The Prometheus textfile (stream/metrics.py): off unless ``textfile`` is set.
+    ``private_counters`` adds the counters that date private events (released, redacted)."""
+
+    textfile: Path | None = None
+    interval: float = Field(15.0, ge=1.0, le=3600.0)
+    private_counters: bool = False
+
+
 class Settings(BaseSettings):
     """The whole daemon configuration (see module docstring for sources and precedence)."""
 
@@ -339,6 +348,7 @@ class Settings(BaseSettings):
     outbox: OutboxConfig = OutboxConfig()
     ledger: LedgerConfig = LedgerConfig()
     publish: PublishConfig = PublishConfig()
+    metrics: MetricsConfig = MetricsConfig()
     streams: list[StreamConfig] = Field(min_length=1)
 
     _toml_path: ClassVar[Path | None] = None

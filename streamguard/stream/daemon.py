@@ -60,6 +60,7 @@ from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
 from .disk import RETRY_INTERVAL as DISK_RETRY
+from .metrics import textfile_loop
 from .disk import is_disk_full
 from .systemd import Notifier
 from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
@@ -100,6 +101,8 @@ class DaemonStats:
     #: Attempts to store that met a full disk, and since when it is full (None: it is not).
     disk_full_waits: int = 0
     disk_full_since: float | None = None
+    #: Aggregate windows the ledger refused (budget exceeded).
+    ledger_refusals: int = 0
 
 
 class Daemon:
@@ -402,6 +405,20 @@ class Daemon:
         }
         return json.dumps(status).encode()
 
+    async def device_counters(self) -> dict[str, float]:
+        """The device-wide counters by Prometheus name (stream/metrics.py)."""
+        out: dict[str, float] = {"streamguard_disk_full_waits_total": self.stats.disk_full_waits,
+                                 "streamguard_ledger_refusals_total": self.stats.ledger_refusals}
+        if self._box is not None:
+            out["streamguard_outbox_records"], out["streamguard_outbox_dropped_total"] = await self._box.run(
+                lambda b: (len(b), b.dropped))
+        if self._publisher is not None:
+            out["streamguard_published_records_total"] = self._publisher.stats.records
+            out["streamguard_reconnects_total"] = self._publisher.stats.reconnects
+        if self._input is not None:
+            out["streamguard_input_sessions_lost_total"] = self._input.sessions_lost
+        return out
+
     def _intake_counters(self) -> dict[str, int]:
         """What the input connection knows was lost on the way in (transport.py: Sessions)."""
         c = self._input
@@ -472,6 +489,10 @@ class Daemon:
         workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
         stopping = asyncio.create_task(stop.wait())
         watchdog = asyncio.create_task(self.systemd.watchdog(), name="watchdog")  # (until the very end)
+        m = s.metrics
+        if m.textfile is not None:  # (stopped with intake)
+            workers.append(asyncio.create_task(
+                textfile_loop(self, m.textfile, m.interval, private_counters=m.private_counters), name="metrics"))
         self.systemd.notify(READY="1", STATUS=f"running {len(self.runtimes)} stream(s): "
                             + ", ".join(self.runtimes))
         try:
@@ -580,6 +601,7 @@ class Daemon:
         try:
             self._ledger.admit(event, budget, model=rt.aggregates.queries[a.query].model)
         except BudgetExceeded as exc:  # recorded by the ledger and reported in the odometer
+            self.stats.ledger_refusals += 1
             log.warning("stream %s: aggregate window [%d, %d] refused: %s", rt.name, a.release.lo, a.release.hi, exc)
             return False
         return True
