@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from brokers import Broker, mosquitto  # noqa: F401
-from daemon_harness import daemon_running
+from daemon_harness import daemon_running, until
 
 from streamguard.config import Settings
 from streamguard.stream.outbox import Outbox
@@ -72,14 +72,6 @@ async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk:
         for _ in range(k):
             queue.put_nowait(json.dumps({"value": "on" if n % 3 else "off", "ts": t0 + n, "pad": "x" * 200}).encode())
             n += 1
-
-    async def until(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-        try:
-            async with asyncio.timeout(timeout):
-                while not cond():
-                    await asyncio.sleep(0.05)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}") from None
 
     caplog.set_level(logging.WARNING)
     async with daemon_running(settings, extra_sources=[frames]) as (daemon, _, task):

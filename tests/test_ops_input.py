@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from brokers import Broker, mosquitto, mosquitto_persistent  # noqa: F401
-from daemon_harness import FAST, daemon_running
+from daemon_harness import FAST, daemon_running, until
 
 from streamguard.config import BrokerConfig, PublishConfig, Settings
 from streamguard.stream import daemon as daemon_mod
@@ -34,15 +34,6 @@ def _settings(cfg: BrokerConfig, tmp_path: Path) -> Settings:
 def _rss_mib() -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-
-
-async def _until(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    try:
-        async with asyncio.timeout(timeout):
-            while not cond():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
 async def _produce(cfg: BrokerConfig, payloads: list[bytes]) -> None:
@@ -81,7 +72,7 @@ async def test_one_megabyte_frames_keep_memory_bounded(mosquitto: Broker, tmp_pa
     t0 = time.time() - 1000
     frames = [json.dumps({"value": "on", "ts": t0 + i, "pad": "x" * size}).encode() for i in range(n)]
     async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-        await _until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
+        await until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
         base = _rss_mib()
         peak, held = base, 0
         producer = asyncio.create_task(_produce(cfg, frames))
@@ -111,16 +102,16 @@ async def test_five_broker_restarts_lose_no_raw_frame(mosquitto_persistent: Brok
     t0 = time.time() - 10_000
     frames = [json.dumps({"value": "on" if i % 4 else "off", "ts": t0 + i}).encode() for i in range(n)]
     async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-        await _until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
+        await until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
         c = daemon.runtimes["s"].counters
         producer = asyncio.create_task(_produce(cfg, frames))
         for k in range(5):
-            await _until(lambda k=k: c.accepted >= (k + 1) * n // 7, 20, f"frames before restart {k + 1}")
+            await until(lambda k=k: c.accepted >= (k + 1) * n // 7, 20, f"frames before restart {k + 1}")
             await asyncio.to_thread(broker.stop)
             await asyncio.sleep(0.3)
             await asyncio.to_thread(broker.start)
         await asyncio.wait_for(producer, 30)
-        await _until(lambda: c.accepted >= n, 20, "every frame")
+        await until(lambda: c.accepted >= n, 20, "every frame")
         assert not task.done()
         assert c.accepted == n and not c.rejected  # each distinct frame once (resends are duplicates)
         assert daemon._input.sessions_lost == 0 and daemon._input.connections >= 3  # (restarts may overlap)
