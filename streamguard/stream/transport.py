@@ -402,9 +402,15 @@ class MqttTransport:
 
     async def messages(self) -> AsyncIterator[Message]:
         """Yield incoming messages in arrival order, acknowledging each when the next one is asked
-        for; raise :class:`TransportError` when the connection is lost (after yielding what
-        arrived before)."""
+        for; raise :class:`TransportError` when the connection is lost — after yielding what
+        arrived before on a clean session, at once on a persistent one (the broker redelivers what
+        was not acknowledged; only a message being handled as the connection drops can come twice,
+        and a frame with ``ts`` is then recognised as the same step)."""
         while True:
+            if self._persistent and self._lost is not None and self._lost.done():
+                # what was received but not handled was not acknowledged: the broker sends it again
+                # to the session, and handling it now as well would count it twice
+                raise TransportError("message iteration stopped: connection lost")
             if self._incoming.empty():
                 try:
                     m = await self._unless_lost(lambda _: self._incoming.get())
