@@ -527,7 +527,9 @@ async def reconnecting(
             delay = backoff.delay(failures)
             failures += 1
             if failures <= _LOGGED_FAILURES or failures % 100 == 0:
-                log.warning("%s; retrying in %.2f s (consecutive failures: %d)", exc, delay, failures)
+                who = getattr(transport, "identifier", "")  # (the daemon runs three connections)
+                log.warning("%s%s; retrying in %.2f s (consecutive failures: %d)", f"{who}: " if who else "", exc,
+                            delay, failures)
             await sleep(delay)
 
 
