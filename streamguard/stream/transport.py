@@ -294,6 +294,10 @@ class MqttTransport:
             raise RuntimeError("the transport is reusable, but not re-entrant")
         b = self._broker
         client = self._new_client()
+        # aiomqtt sets its "disconnected" future with an exception when a connection drops (also
+        # while connecting); when nothing awaits it then, asyncio logs "Future exception was never
+        # retrieved" (issue 13). aiomqtt replaces the future on a successful connect: watch both.
+        client._disconnected.add_done_callback(_retrieve)
         try:
             await client.__aenter__()
         except asyncio.CancelledError:
@@ -312,8 +316,6 @@ class MqttTransport:
                                        "times in a row: is its listener on that port plain MQTT (broker.tls, broker.port)?")
             raise error from exc
         self._tls_resets = 0
-        # aiomqtt sets its "disconnected" future with an exception when a connection drops; when
-        # nothing awaits it then, asyncio logs "Future exception was never retrieved" (issue 13)
         client._disconnected.add_done_callback(_retrieve)
         self.connections += 1
         if self._persistent and not self.session_present and self.connections > 1:
