@@ -26,7 +26,7 @@ implements it on aiomqtt 2.x. Semantics:
   Size :data:`MAX_PACKET_BYTES` (1 MiB): the broker never sends a larger packet (it discards it).
   Raw input held in memory is thus at most about ``INCOMING_BYTES`` plus a few packets (one read
   of the socket, the message being handled): ≈ 4 MiB. Under MQTT 3.1.1 a packet is bounded only by
-  the broker's ``max_packet_size`` (deploy/mosquitto.conf).
+  the broker's ``max_packet_size`` (64 KiB in deploy/mosquitto/streamguard-device.conf).
 - **Sessions.** ``persistent_session`` keeps the broker-side session (subscriptions and queued
   QoS 1 messages) for :data:`SESSION_EXPIRY` seconds after a disconnect (MQTT 5; MQTT 3.1.1: a
   non-clean session, kept as long as the broker's ``persistent_client_expiration`` allows).
