@@ -52,6 +52,9 @@ class BrokerConfig(_Strict):
     password_file: Path | None = None
     client_id: str | None = None
     keepalive: int = Field(60, ge=5, le=3600)
+    #: MQTT protocol version. "5" bounds what the broker sends (Receive Maximum, Maximum Packet
+    #: Size, session expiry: stream/transport.py); "3.1.1" for a broker without MQTT 5.
+    protocol: Literal["5", "3.1.1"] = "5"
 
     @model_validator(mode="after")
     def _one_password(self) -> BrokerConfig:
@@ -523,6 +526,15 @@ class PublishConfig(_Strict):
     window: int = Field(100, ge=1, le=10_000)
 
 
+class MetricsConfig(_Strict):
+    """The Prometheus textfile (stream/metrics.py): off unless ``textfile`` is set.
+    ``private_counters`` adds the counters that date private events (released, redacted)."""
+
+    textfile: Path | None = None
+    interval: float = Field(15.0, ge=1.0, le=3600.0)
+    private_counters: bool = False
+
+
 class Settings(BaseSettings):
     """The whole daemon configuration (see module docstring for sources and precedence)."""
 
@@ -540,6 +552,7 @@ class Settings(BaseSettings):
     outbox: OutboxConfig = Field(default_factory=OutboxConfig)  # loading, so the default outbox
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)  # path resolves like a given one)
     publish: PublishConfig = Field(default_factory=PublishConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     homeassistant: HomeAssistantConfig = Field(default_factory=HomeAssistantConfig)
     streams: list[StreamConfig] = Field(min_length=1)
 

@@ -138,6 +138,16 @@ async def publish_all(cfg: BrokerConfig, items: Iterable[tuple[str, bytes]], *, 
     return n
 
 
+async def until(done: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``done`` every 20 ms; fail naming ``what`` after ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not done():
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+
+
 @asynccontextmanager
 async def daemon_running(settings: Settings, **kwargs: Any) -> AsyncIterator[tuple[Daemon, asyncio.Event,
                                                                                     asyncio.Task[None]]]:

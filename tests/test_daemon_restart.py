@@ -39,9 +39,9 @@ PRIVACY = f"{BASE}/{DEVICE}/{STREAM}/privacy"
 STATUS = f"{BASE}/{DEVICE}/status"
 
 
-def write_config(tmp_path: Path, port: int) -> Path:
+def write_config(tmp_path: Path, port: int, client_id: str | None = None) -> Path:
     return daemon_toml(tmp_path / "streamguard.toml", tmp_path / "outbox.sqlite", port, base=BASE, device=DEVICE,
-                       stream=STREAM, labels=LABELS, epsilon=EPSILON,
+                       stream=STREAM, labels=LABELS, epsilon=EPSILON, client_id=client_id,
                        extra='[[streams.aggregates]]\nquery = "histogram"\nwindow = 40\nepsilon = 1.0\n')
 
 
@@ -105,6 +105,10 @@ async def test_sigkill_and_restart(mosquitto: Broker, tmp_path: Path) -> None:
             await asyncio.wait_for(spy.subscribed.wait(), 10)
             for r, run_frames in enumerate(runs):
                 n_status, n_priv = len(statuses(spy)), len(spy.json_on(PRIVACY))
+                # each run its own client id, so its own input session: the frames a killed run never
+                # took die with its session (the truth here counts each run's frames; the persistent
+                # session that hands them to the next run is tested in test_ops_sessions.py)
+                conf = write_config(tmp_path, mosquitto.port, client_id=f"restart-run{r}")
                 procs.append(DaemonProcess(conf, tmp_path / "daemon.log"))
                 await spy.wait_until(lambda: "online" in statuses(spy)[n_status:], 30, f"run {r}: online")
                 # the first privacy report of this run says whether it restarted

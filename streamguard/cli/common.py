@@ -10,9 +10,12 @@ from typing import Any
 #: ``run``'s exit status when another streamguard holds the outbox or the ledger (it exits at once)
 #: or took over the MQTT client id (it stops): EX_TEMPFAIL.
 EXIT_IN_USE = 75
-#: Exit status of every command when the configuration is invalid: EX_CONFIG (sysexits.h), so
-#: systemd and scripts tell a broken config from a transient failure.
+#: Exit status of every command when the configuration is invalid, and of ``run`` when the broker
+#: refuses it for good (credentials, TLS; retrying cannot mend it) or the password file cannot be
+#: read: EX_CONFIG (sysexits.h), so systemd and scripts tell a broken config from a transient failure.
 EXIT_CONFIG = 78
+#: ``run``'s exit status when the disk under the outbox or the ledger is full at start: EX_IOERR.
+EXIT_DISK_FULL = 74
 
 
 class CliError(Exception):

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_CONFIG, EXIT_IN_USE, CliError, user_plan_cache
+from .common import EXIT_CONFIG, EXIT_DISK_FULL, EXIT_IN_USE, CliError, user_plan_cache
 
 #: ``privatize``'s exit status when more frames were rejected than accepted: EX_DATAERR.
 EXIT_MOSTLY_REJECTED = 65
@@ -30,6 +30,7 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     idx = names.index(name)
     rt = make_runtime(settings, settings.streams[idx], bit_source(settings.deterministic_seed, idx),
                       plan_cache=user_plan_cache())
+    rt.wall_clock = False  # historical data: any ts in order; a frame without ts gets no time, not "now"
     out = sys.stdout
     for line in sys.stdin.buffer:
         data = line.rstrip(b"\r\n")
@@ -89,15 +90,16 @@ def _sim_source(settings: Any) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
-    import signal
-
     import logging
+    import signal
     import sqlite3
 
     from ..config import environment_warnings, load_settings
     from ..config_paths import make_state_dirs
     from ..stream.daemon import Daemon, stdin_frames
     from ..stream.outbox import InUse
+    from ..stream.disk import is_disk_full
+    from ..stream.transport import ConnectRefused
 
     settings = load_settings(Path(args.config))
     _setup_logging(settings.log_level)
@@ -132,7 +134,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InUse as exc:  # another daemon holds the outbox, the ledger or the MQTT identity
         print(f"streamguard: {exc}", file=sys.stderr)
         return EXIT_IN_USE
-    except sqlite3.Error as exc:  # e.g. a state file that cannot be opened: one line, no traceback
+    except ConnectRefused as exc:  # retrying cannot mend it: systemd shows the failure
+        print(f"streamguard: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (sqlite3.Error, OSError) as exc:
+        if is_disk_full(exc):  # (while running, a full disk holds intake instead: stream/disk.py)
+            print(f"streamguard: error: the disk holding {settings.outbox.path} or the ledger is full: {exc}",
+                  file=sys.stderr)
+            return EXIT_DISK_FULL
+        if not isinstance(exc, sqlite3.Error):
+            raise
+        # e.g. a state file that cannot be opened: one line, no traceback
         print(f"streamguard: error: outbox or ledger ({settings.outbox.path}, {settings.ledger_path()}): {exc}",
               file=sys.stderr)
         return EXIT_CONFIG
@@ -193,7 +205,10 @@ def register(sub: Any) -> None:
                        "raw frames in (MQTT, stdin or simulated), sanitized records out over MQTT. The first "
                        "signal stops in order within 20 s; a second one cuts the shutdown short (exit status 1). "
                        f"Exit status {EXIT_IN_USE} (EX_TEMPFAIL): another streamguard holds the outbox or the "
-                       "ledger (at start) or took over the MQTT client id.")
+                       f"ledger (at start) or took over the MQTT client id; {EXIT_CONFIG} (EX_CONFIG): the broker "
+                       "refuses the connection for good (credentials, TLS certificate, TLS at one end only) or the "
+                       f"password file cannot be read; {EXIT_DISK_FULL} (EX_IOERR): the state disk is full at start; "
+                       "2: the configuration is invalid.")
     r.add_argument("--config", required=True, help="TOML configuration (see examples/streamguard.toml)")
     r.set_defaults(func=cmd_run)
 

@@ -63,7 +63,7 @@ def demo_settings(host: str, port: int, outbox: Path) -> Settings:
     """The daemon configuration of the demo (CSPRNG randomness, as in production)."""
     return Settings(
         device=DEVICE,
-        broker={"host": host, "port": port},
+        broker={"host": host, "port": port, "protocol": "3.1.1"},  # the embedded amqtt speaks 3.1.1 only
         outbox={"path": outbox},
         streams=[{"name": s.name, "labels": list(s.labels), "model": {"alpha": s.alpha, "beta": s.beta},
                   "epsilon": s.epsilon, "design": "exact", "source": "mqtt", "aggregates": list(s.aggregates)}

@@ -312,6 +312,11 @@ class Ledger:
         with self._lock:
             self._db.close()
 
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it to zero bytes (frees its disk space)."""
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def __enter__(self) -> Self:
         return self
 

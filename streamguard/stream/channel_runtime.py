@@ -160,7 +160,7 @@ class ChannelRuntime(StreamRuntime):
             return [], rec
         seq = self.next_seq
         self.next_seq += 1
-        if rec.private or any(w.contains(rec.ts) for w in self.cfg.schedule):
+        if rec.private or self._scheduled(rec.ts):
             self._observe(phys, None)  # withheld from the aggregates too (its position is still charged)
             self.counters.redacted += 1
             return [ChannelRelease(seq, rec.ts, None)], None

@@ -2,11 +2,14 @@
 
 Tasks (DESIGN.md §6):
 
-- **control**: one MQTT connection (identifier ``<client id>``) that carries the retained
-  ``<base>/<device>/status`` (``online``; its will is ``offline``), each stream's retained
-  ``<base>/<device>/<stream>/privacy``, and subscribes to each stream's command topic
-  ``…/<stream>/cmd`` and, for ``source = "mqtt"`` streams, its raw topic ``…/<stream>/raw``.
-- **publisher**: a second connection (``<client id>-pub``) draining the outbox in order, QoS 1.
+- **control**: one MQTT connection (identifier ``<client id>``, clean session) that carries the
+  retained ``<base>/<device>/status`` (``online``; its will is ``offline``) and each stream's
+  retained ``<base>/<device>/<stream>/privacy``.
+- **input**: a connection (``<client id>-in``) with a persistent session, subscribed to each
+  stream's command topic ``…/<stream>/cmd`` and, for ``source = "mqtt"`` streams (without ``ingest``), its raw topic
+  ``…/<stream>/raw``: QoS 1 frames published while it is away (a broker or daemon restart) wait at
+  the broker, and a frame is acknowledged only once handled (back-pressure; stream/transport.py).
+- **publisher**: a third connection (``<client id>-pub``) draining the outbox in order, QoS 1.
 - **sources**: stdin (JSON lines) and in-process simulated devices feed frames like MQTT does.
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
 - **grid**: one per stream that reads a sensor of the MQTT ecosystem (``[streams.ingest]``,
@@ -45,6 +48,7 @@ import json
 import logging
 import os
 import secrets
+import sqlite3
 import sys
 import time
 from collections import deque
@@ -66,7 +70,11 @@ from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
 from ..redaction.plan_cache import PlanCache, beside
-from .transport import Message, MqttTransport, Transport, TransportError, reconnecting
+from .disk import RETRY_INTERVAL as DISK_RETRY
+from .disk import is_disk_full
+from .metrics import textfile_loop
+from .systemd import Notifier
+from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +109,11 @@ class DaemonStats:
     frames: int = 0
     stored: int = 0
     outbox_full_waits: int = 0
+    #: Attempts to store that met a full disk, and since when it is full (None: it is not).
+    disk_full_waits: int = 0
+    disk_full_since: float | None = None
+    #: Aggregate windows the ledger refused (budget exceeded).
+    ledger_refusals: int = 0
 
 
 class Daemon:
@@ -123,6 +136,8 @@ class Daemon:
         self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
+        self._input: MqttTransport | None = None
+        self._inputs_ready = asyncio.Event()
         self._discovery: Discovery | None = None  # Home Assistant discovery (stream/hass.py)
         self._status_dirty = asyncio.Event()
         # Store queue (decision order) drained by one writer task in groups.
@@ -135,6 +150,8 @@ class Daemon:
         #: another streamguard's on the same topic.
         self.instance = secrets.token_hex(8)
         self._claimed = False  # published "online" at least once
+        #: systemd's notify protocol (READY, STATUS, STOPPING, WATCHDOG); inert outside systemd.
+        self.systemd = Notifier()
         self._status_checked = asyncio.Event()
 
     # -- set-up -------------------------------------------------------------------------------
@@ -187,10 +204,11 @@ class Daemon:
         spans = [book.span(f) for f in book.families() if f != "redaction"]
         return max((hi + 1 for _, hi in filter(None, spans)), default=0)
 
-    def _transport(self, suffix: str, *, will: bool) -> MqttTransport:
+    def _transport(self, suffix: str, *, will: bool, persistent: bool = False) -> MqttTransport:
         s = self.settings
         return MqttTransport(s.broker, s.publish, device=s.device, status_topic=s.topic("status"),
-                             identifier_suffix=suffix, will=will, instance=self.instance if will else None)
+                             identifier_suffix=suffix, will=will, instance=self.instance if will else None,
+                             persistent_session=persistent)
 
     # -- frames -------------------------------------------------------------------------------
     async def handle_frame(self, stream: str, data: StepInput, now: float | None = None) -> None:
@@ -256,6 +274,15 @@ class Daemon:
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
                         await asyncio.sleep(0.1)
+                    except (sqlite3.OperationalError, OSError) as exc:
+                        if not is_disk_full(exc):
+                            raise
+                        await self._disk_full(exc)
+                if self.stats.disk_full_since is not None:
+                    log.warning("the disk has room again after %.0f s: storing resumes",
+                                time.time() - self.stats.disk_full_since)
+                    self.stats.disk_full_since = None
+                    self.systemd.notify(STATUS="running: the disk has room again")
                 stored = sum(len(e.items) for e in group)
                 self.stats.stored += stored
                 if stored:
@@ -267,6 +294,23 @@ class Daemon:
                     self._status_dirty.set()
             self._idle.set()
 
+    async def _disk_full(self, exc: BaseException) -> None:
+        """The disk is full (stream/disk.py): say so once, free the WAL files, wait and let the
+        writer retry; intake waits meanwhile."""
+        self.stats.disk_full_waits += 1
+        if self.stats.disk_full_since is None:
+            self.stats.disk_full_since = time.time()
+            log.error("the disk holding the outbox or the ledger is full (%s): intake is held until space is "
+                      "freed; records decided so far wait in memory", exc)
+            self.systemd.notify(STATUS="disk full: intake held until space is freed")
+        assert self._box is not None and self._ledger is not None
+        ledger = self._ledger
+        try:
+            await self._box.run(lambda b: (b.checkpoint(), ledger.checkpoint()))
+        except (sqlite3.OperationalError, OSError) as err:
+            log.debug("checkpoint on a full disk failed: %s", err)
+        await asyncio.sleep(DISK_RETRY)
+
     async def _flush_stores(self) -> None:
         """Wait until everything queued is in the outbox."""
         while self._queue or not self._idle.is_set():
@@ -276,26 +320,19 @@ class Daemon:
 
     # -- tasks --------------------------------------------------------------------------------
     async def _control_session(self, t: Transport) -> None:
-        s = self.settings
-        status_topic = s.topic("status")
+        """The status connection (clean session): the takeover check, ``online`` and the privacy
+        status. (Not the persistent input session: statuses queued there while it was away — our
+        own previous process's, say — would look like another instance's live status.)"""
+        status_topic = self.settings.topic("status")
         self._status_checked.clear()
         self.ingest.connection(True)  # (a sensor's messages sent while we were away are lost)
         # the status first: its retained message (delivered after this SUBACK) is the takeover check
         await t.subscribe(status_topic)
-        for rt in self.runtimes.values():
-            await t.subscribe(rt.command_topic())
-            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
-                await t.subscribe(rt.raw_topic())
         assert self._discovery is not None and self._box is not None
         for topic in self._discovery.subscriptions:
             await t.subscribe(topic)
         for topic_filter in self.ingest.filters():
             await t.subscribe(topic_filter)
-        routes: dict[str, tuple[str, bool]] = {}
-        for rt in self.runtimes.values():
-            routes[rt.command_topic()] = (rt.name, True)
-            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
-                routes[rt.raw_topic()] = (rt.name, False)
         status = asyncio.create_task(self._go_online(t))
         try:
             async for msg in t.messages():
@@ -305,9 +342,27 @@ class Daemon:
                 if self._discovery.wants_resend(msg):  # Home Assistant (re)started
                     await self._discovery.sync(t, self._box)
                     continue
+                await self._ingest_message(msg)
+        finally:
+            self.ingest.connection(False)
+            await _stop_tasks([status], TASK_STOP_TIMEOUT)
+
+    async def _input_session(self, t: Transport) -> None:
+        """The input connection (persistent session, stream/transport.py: Sessions): each stream's
+        command topic and, for ``source = "mqtt"`` without ``ingest``, its raw topic. A message is
+        acknowledged once handled, so a stalled intake stops the broker instead of filling memory."""
+        routes: dict[str, tuple[str, bool]] = {}
+        for rt in self.runtimes.values():
+            routes[rt.command_topic()] = (rt.name, True)
+            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
+                routes[rt.raw_topic()] = (rt.name, False)
+        for topic in routes:
+            await t.subscribe(topic)
+        self._inputs_ready.set()
+        try:
+            async for msg in t.messages():
                 route = routes.get(msg.topic)
                 if route is None:
-                    await self._ingest_message(msg)
                     continue
                 name, is_command = route
                 if is_command:
@@ -315,8 +370,9 @@ class Daemon:
                 else:
                     await self.handle_frame(name, msg.payload)
         finally:
-            self.ingest.connection(False)
-            await _stop_tasks([status], TASK_STOP_TIMEOUT)
+            if held := t.held:  # (never acknowledged: the persistent session gets them again)
+                log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
+                            "them again to the next session", held)
 
     async def _ingest_message(self, msg: Message) -> None:
         """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
@@ -348,11 +404,12 @@ class Daemon:
 
     async def _go_online(self, t: Transport) -> None:
         """Publish ``online`` once the retained status passed :meth:`_check_status` (or none came
-        within ``CLAIM_WAIT``), then keep the privacy status fresh. Every subscription is in place
-        by then: a producer that waits for ``online`` loses no frame."""
+        within ``CLAIM_WAIT``) and the input subscriptions are in place (a producer that waits for
+        ``online`` loses no frame), then keep the privacy status fresh."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLAIM_WAIT):
                 await self._status_checked.wait()
+        await self._inputs_ready.wait()
         await t.publish(self.settings.topic("status"), self._status_payload("online"), retain=True)
         self._claimed = True
         assert self._discovery is not None and self._box is not None
@@ -396,8 +453,28 @@ class Daemon:
             "published_records": stats.records,
             "published_messages": stats.messages,
             "reconnects": stats.reconnects,
+            **self._intake_counters(),
         }
         return json.dumps(status).encode()
+
+    async def device_counters(self) -> dict[str, float]:
+        """The device-wide counters by Prometheus name (stream/metrics.py)."""
+        out: dict[str, float] = {"streamguard_disk_full_waits_total": self.stats.disk_full_waits,
+                                 "streamguard_ledger_refusals_total": self.stats.ledger_refusals}
+        if self._box is not None:
+            out["streamguard_outbox_records"], out["streamguard_outbox_dropped_total"] = await self._box.run(
+                lambda b: (len(b), b.dropped))
+        if self._publisher is not None:
+            out["streamguard_published_records_total"] = self._publisher.stats.records
+            out["streamguard_reconnects_total"] = self._publisher.stats.reconnects
+        if self._input is not None:
+            out["streamguard_input_sessions_lost_total"] = self._input.sessions_lost
+        return out
+
+    def _intake_counters(self) -> dict[str, int]:
+        """What the input connection knows was lost on the way in (transport.py: Sessions)."""
+        c = self._input
+        return {"sessions_lost": 0 if c is None else c.sessions_lost}
 
     async def _ticker(self) -> None:
         while True:
@@ -470,24 +547,45 @@ class Daemon:
         s = self.settings
         await self._restore(box)
         self._discovery = Discovery(s, self.runtimes.values())
-        self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish)
+        self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish, backoff=PROMPT)
         self._control = self._transport("", will=True)
+        # raw frames and commands published while this connection is away wait at the broker (QoS 1)
+        self._input = self._transport("-in", will=False, persistent=True)
         publisher = asyncio.create_task(self._publisher.run(), name="publisher")
         writer = asyncio.create_task(self._writer(), name="writer")
-        workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
+        workers = [asyncio.create_task(reconnecting(self._control, self._control_session, backoff=PROMPT),
+                                       name="control"),
+                   asyncio.create_task(reconnecting(self._input, self._input_session, backoff=PROMPT), name="input"),
                    asyncio.create_task(self._ticker(), name="ticker")]
         sources = [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
         workers += sources
         workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self.handle_frame)]
         stopping = asyncio.create_task(stop.wait())
-        await self._until_done(stopping, [writer, *workers[:2]], sources)
-        failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()
+        watchdog = asyncio.create_task(self.systemd.watchdog(), name="watchdog")  # (until the very end)
+        m = s.metrics
+        if m.textfile is not None:  # (stopped with intake)
+            workers.append(asyncio.create_task(
+                textfile_loop(self, m.textfile, m.interval, private_counters=m.private_counters), name="metrics"))
+        self.systemd.notify(READY="1", STATUS=f"running {len(self.runtimes)} stream(s): "
+                            + ", ".join(self.runtimes))
+        try:
+            await self._serve(box, stop, stopping, writer, publisher, workers, sources)
+        finally:
+            await _stop_tasks([watchdog], TASK_STOP_TIMEOUT)
+
+    async def _serve(self, box: AsyncOutbox, stop: asyncio.Event, stopping: asyncio.Task[Any],
+                     writer: asyncio.Task[None], publisher: asyncio.Task[None],
+                     workers: list[asyncio.Task[Any]], sources: list[asyncio.Task[Any]]) -> None:
+        """Run until ``stop``, the end of every input or a failure, then shut down in order."""
+        await self._until_done(stopping, [writer, publisher, *(w for w in workers if w not in sources)], sources)
+        failure = next((w.exception() for w in (writer, publisher, *workers) if w.done() and not w.cancelled()
                         and w.exception() is not None), None)
         if failure is not None:
-            if not isinstance(failure, InUse):  # (InUse: the caller reports it, in one line)
+            if not isinstance(failure, InUse | ConnectRefused):  # (the caller reports those, in one line)
                 log.error("stopping: a task failed: %s", failure)
         elif not stop.is_set():
             log.info("stopping: the input ended")
+        self.systemd.notify(STOPPING="1", STATUS="stopping: storing and publishing what is decided")
         deadline = asyncio.get_running_loop().time() + SHUTDOWN_TIMEOUT
         # 1. stop intake  2. decide what is pending  3. store it  4. drain  5. offline  6. disconnect
         await _stop_tasks([*workers, stopping], TASK_STOP_TIMEOUT)
@@ -502,7 +600,8 @@ class Daemon:
                 log.error("shutdown: %d decided records could not be stored in time",
                           sum(len(e.items) for e in self._queue))
         await _stop_tasks([writer], TASK_STOP_TIMEOUT)
-        taken_over = isinstance(failure, InUse)  # the other daemon owns the identity: leave it alone
+        # the other daemon owns the identity: leave it alone; or the broker refuses us: no use trying
+        taken_over = isinstance(failure, InUse | ConnectRefused)
         if not taken_over and not await self._publisher.drain(self._left(deadline) - OFFLINE_RESERVE):
             log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
                         await box.run(len))
@@ -543,13 +642,17 @@ class Daemon:
         next_window: dict[str, int] = {}
         for e in group:
             e.events = []
-            for a in e.aggregates:
+            while e.aggregates:  # each one leaves the list once admitted or refused: a retry (full
+                a = e.aggregates[0]  # disk) never records it twice
                 if self._admit(a):
                     key = f"{a.rt.name}/aggregate"
-                    seq = next_window.get(key, box.next_position(key))
+                    seq = next_window.get(key)
+                    if seq is None:  # (past the windows a failed attempt already numbered)
+                        seq = max([box.next_position(key)] + [it.seq + 1 for g in group for it in g.items
+                                                              if it.stream == key])
                     next_window[key] = seq + 1
                     e.items.append(Item(key, seq, a.rt.aggregate_topic(), a.rt.aggregate_payload(a.query, a.release)))
-            e.aggregates = []
+                e.aggregates.pop(0)
         decisions: dict[str, list[tuple[int, float, float]]] = {}
         marks: dict[str, dict[int, dict[str, Any]]] = {}
         newest: dict[str, float] = {}
@@ -571,6 +674,7 @@ class Daemon:
         try:
             self._ledger.admit(event, budget, model=rt.aggregates.queries[a.query].model)
         except BudgetExceeded as exc:  # recorded by the ledger and reported in the odometer
+            self.stats.ledger_refusals += 1
             log.warning("stream %s: aggregate window [%d, %d] refused: %s", rt.name, a.release.lo, a.release.hi, exc)
             return False
         return True

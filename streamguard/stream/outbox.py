@@ -38,6 +38,7 @@ import functools
 import json
 import logging
 import os
+import math
 import sqlite3
 import time
 from collections import Counter
@@ -57,6 +58,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 Overflow = Literal["drop-oldest", "stop-input"]
+#: Seconds between two "outbox full: dropping" warnings (the count is in each, and in the status).
+DROP_LOG_INTERVAL = 10.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -190,6 +193,7 @@ class Outbox:
         self.dropped = 0
         #: ``dropped`` per stream (since start).
         self.dropped_by_stream: Counter[str] = Counter()
+        self._drop_logged = -math.inf  # when a drop was last logged (time.monotonic)
 
     @classmethod
     def from_config(cls, config: OutboxConfig) -> Outbox:
@@ -298,7 +302,10 @@ class Outbox:
         if items and excess > 0:
             self.dropped += excess
             self.dropped_by_stream.update(dict(lost))
-            log.warning("outbox full: dropped the %d oldest records (%d since start)", excess, self.dropped)
+            now = time.monotonic()
+            if now - self._drop_logged >= DROP_LOG_INTERVAL:  # rate-limited: one line per interval
+                self._drop_logged = now
+                log.warning("outbox full: dropping the oldest records (%d since start)", self.dropped)
 
     def peek(self, limit: int, after: int = 0) -> list[Row]:
         """Up to ``limit`` stored records with ``id > after``, oldest first (per-stream order is
@@ -323,6 +330,10 @@ class Outbox:
             self._db.execute("PRAGMA synchronous=FULL")
         self._count -= deleted
         return deleted
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it to zero bytes (frees its disk space)."""
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def reserve(self, stream: str, upto: int) -> None:
         """Raise the stream's position mark to ``upto`` (never lowers it), durably."""

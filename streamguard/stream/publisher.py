@@ -25,6 +25,7 @@ Semantics:
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import contextlib
 import logging
 import time
@@ -35,6 +36,7 @@ from typing import Any
 
 from ..config import PublishConfig
 from .outbox import AsyncOutbox, Outbox, Row
+from .disk import is_disk_full
 from .transport import Backoff, Transport, reconnecting
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,7 @@ class Publisher:
         self._flush = False
         self._sessions = 0
         self._sent: set[int] = set()  # ids sent in the current session and not yet acknowledged
+        self._ack_later: list[int] = []  # acknowledged by the broker, not yet deleted (disk full)
         self.stats = PublisherStats()
         #: Set while there is nothing to publish: the outbox is empty and nothing is in flight.
         self.idle = asyncio.Event()
@@ -239,8 +242,17 @@ class Publisher:
         finally:
             if done:
                 ids = [r.id for f in done for r in f.rows]
-                await self._box.run(Outbox.ack, ids)
-                self._sent.difference_update(ids)
                 self.stats.messages += len(done)
                 self.stats.records += len(ids)
+                try:
+                    await self._box.run(Outbox.ack, ids + self._ack_later)
+                except (sqlite3.OperationalError, OSError) as exc:
+                    if not is_disk_full(exc):
+                        raise
+                    # the broker has them: delete them once the disk has room (stream/disk.py); they
+                    # stay in _sent, so this session does not send them again
+                    self._ack_later += ids
+                else:
+                    self._sent.difference_update(ids + self._ack_later)
+                    self._ack_later = []
                 self.stats.records_by_stream.update(r.stream for f in done for r in f.rows)

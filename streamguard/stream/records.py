@@ -18,9 +18,10 @@ from typing import Any
 
 #: Frames larger than this are refused before parsing.
 MAX_FRAME_BYTES = 16 * 1024
-#: A timestamp further ahead of the daemon's clock is refused (one bad clock must not block a
-#: stream: later frames would all be "out of order").
-MAX_CLOCK_AHEAD = 3600.0
+#: A timestamp further ahead of the daemon's clock is refused. Timestamps must not go backwards, so
+#: an accepted frame stamped ahead holds back its stream's later frames ("out of order") until the
+#: clock reaches it: for at most this many seconds (it was an hour; issue 13: clocks).
+MAX_CLOCK_AHEAD = 30.0
 
 REASONS = (
     "oversize",
@@ -53,7 +54,8 @@ class RawRecord:
     state of the sensitive attribute S when the stream reads one."""
 
     state: int
-    ts: float
+    #: None only in batch mode (no clock) for a frame without ``ts``.
+    ts: float | None
     private: bool
     sensitive: int | None = None
 
@@ -182,10 +184,15 @@ def _asks_private(obj: Any) -> bool:
 
 
 def parse_frame(
-    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES,
+    data: bytes, states: StateMap, *, now: float | None, last_ts: float | None, max_bytes: int = MAX_FRAME_BYTES,
     sensitive: SensitiveField | None = None,
 ) -> RawRecord | Rejection:
     """Validate one raw frame (see :func:`_parse`).
+
+    ``now`` is the daemon's clock: a ``ts`` more than :data:`MAX_CLOCK_AHEAD` ahead of it is
+    refused, and a frame without ``ts`` is stamped with it. ``now=None`` is batch mode (historical
+    data, no clock): any ``ts`` is accepted in order, and a frame without one keeps ``ts`` None (a
+    step of unknown time; it never holds back the frames after it).
 
     "Asked to be private" is read from the decoded document, not from its bytes: a frame is private
     when any object in it has a key ``private`` (any case) whose value is not ``false`` — so an
@@ -203,7 +210,7 @@ def parse_frame(
         except (UnicodeDecodeError, ValueError, RecursionError):
             readable = False
     ts = _finite_float(obj.get("ts")) if isinstance(obj, dict) else None
-    if ts is not None and ts > now + MAX_CLOCK_AHEAD:
+    if ts is not None and now is not None and ts > now + MAX_CLOCK_AHEAD:
         ts = None  # not a usable time: a bad clock must not become the stream's newest step
     return Rejection(result.reason, result.message, private=not readable or _asks_private(obj), ts=ts)
 
@@ -220,7 +227,7 @@ def frame_text(data: bytes, max_bytes: int, what: str = "frame") -> str | Reject
 
 
 def _parse(
-    data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int,
+    data: bytes, states: StateMap, *, now: float | None, last_ts: float | None, max_bytes: int,
     sensitive: SensitiveField | None,
 ) -> RawRecord | Rejection:
     """Validate one raw frame. ``last_ts`` is the timestamp of the stream's previous accepted
@@ -243,13 +250,12 @@ def _parse(
     state = states.state_of(obj["value"])
     if isinstance(state, Rejection):
         return state
-    ts_raw = obj.get("ts", now)
-    ts = _finite_float(ts_raw)
-    if ts is None:
+    ts = _finite_float(obj["ts"]) if "ts" in obj else now
+    if ts is None and "ts" in obj:
         return Rejection("bad-ts", "field 'ts' must be a finite number of seconds")
-    if ts > now + MAX_CLOCK_AHEAD:
-        return Rejection("bad-ts", f"field 'ts' lies more than {MAX_CLOCK_AHEAD:g} s in the future")
-    if last_ts is not None and ts < last_ts:
+    if ts is not None and now is not None and ts > now + MAX_CLOCK_AHEAD:
+        return Rejection("bad-ts", f"field 'ts' lies more than {MAX_CLOCK_AHEAD:g} s ahead of the daemon's clock")
+    if ts is not None and last_ts is not None and ts < last_ts:
         return Rejection("ts-out-of-order", "field 'ts' is earlier than the previous record's")
     private = obj.get("private", False)
     if not isinstance(private, bool):

@@ -4,6 +4,7 @@ events and the retained privacy status (the frame handling all streams share is 
 from __future__ import annotations
 
 import json
+import math
 import logging
 from typing import Any
 
@@ -88,26 +89,21 @@ class RedactionRuntime(StreamRuntime):
             self.steps.taken(missing, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None)
         if isinstance(rec, Rejection):
-            private = rec.private or self._scheduled(now if rec.ts is None else rec.ts, guard=True)
+            clock = now if self.wall_clock else None  # (its time: its own ts, else the daemon's clock)
+            private = rec.private or self._scheduled(clock if rec.ts is None else rec.ts, guard=True)
             releases += self.core.skip(now=now, ts=rec.ts, private=private)
             self.steps.taken(rec.ts, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None)
             return self._count(releases), rec
         scheduled = self._scheduled(rec.ts, guard=False)
         source = "flag" if rec.private else "schedule"
-        _, accepted = self.core.accept(rec.state, rec.ts, now=now, private=rec.private or scheduled,
+        _, accepted = self.core.accept(rec.state, math.nan if rec.ts is None else rec.ts, now=now, private=rec.private or scheduled,
                                        source=source)
         self.steps.taken(rec.ts, self.core.next_phys - 1)
         # a record flagged private on arrival stays out of the aggregate windows (its position is
         # still charged); a mark that comes later cannot take back a reading already counted
         self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state)
         return self._count(releases + accepted), None
-
-    def _scheduled(self, ts: float, *, guard: bool) -> bool:
-        """Is time ``ts`` in a private schedule window (or, with ``guard``, near one)?"""
-        if guard:
-            return any(w.near(ts, self.cfg.schedule_guard) for w in self.cfg.schedule)
-        return any(w.contains(ts) for w in self.cfg.schedule)
 
     def on_command(self, data: bytes) -> Rejection | None:
         """Apply ``{"private": <seq>}`` or ``{"private": "now"}``; a bad command is counted."""
@@ -228,7 +224,7 @@ class RedactionRuntime(StreamRuntime):
             "device": self.settings.device,
             "stream": self.name,
             "seq": r.seq,
-            "ts": r.ts,
+            "ts": None if math.isnan(r.ts) else r.ts,  # (NaN: a batch frame without ts)
             "value": None if r.state is None else self.states.label_of(r.state),
             "redacted": r.state is None,
             "redaction": list(r.row),

@@ -84,6 +84,9 @@ class StreamRuntime(abc.ABC):
     its aggregate windows (see module docstring). Subclasses privatize the records."""
 
     mechanism: str = ""
+    #: Frames are checked against the daemon's clock (records.parse_frame); False in batch mode
+    #: (``streamguard privatize`` on historical data), where a frame without ``ts`` has no time.
+    wall_clock: bool = True
 
     def __init__(self, settings: Settings, cfg: StreamConfig, source: BitSource,
                  aggregate_source: BitSource | None = None) -> None:
@@ -148,7 +151,8 @@ class StreamRuntime(abc.ABC):
         return self.settings.topic(self.name, "cmd")
 
     def _parse(self, data: bytes, now: float) -> RawRecord | Rejection:
-        rec = parse_frame(data, self.states, now=now, last_ts=self._last_ts, sensitive=self._sensitive())
+        clock = now if self.wall_clock else None
+        rec = parse_frame(data, self.states, now=clock, last_ts=self._last_ts, sensitive=self._sensitive())
         if not isinstance(rec, Rejection):
             rec = self._outside_model(rec) or rec
         return rec
@@ -175,9 +179,20 @@ class StreamRuntime(abc.ABC):
             if _is_power_of_ten(n):  # the 1st, 10th, 100th, … of each reason: bounded log volume
                 log.warning("stream %s: rejected frame (%s): %s [%d so far]", self.name, rec.reason, rec.message, n)
         else:
-            self._last_ts = rec.ts
+            if rec.ts is not None:  # (batch mode: a frame without ts holds nothing back)
+                self._last_ts = rec.ts
             self.counters.accepted += 1
         return rec, step
+
+    def _scheduled(self, ts: float | None, *, guard: bool = False) -> bool:
+        """Is time ``ts`` in a private schedule window (or, with ``guard``, within
+        ``schedule_guard`` of one)? An unknown time (None: batch mode) is, when there is a
+        schedule: fail closed."""
+        if ts is None:
+            return bool(self.cfg.schedule)
+        if guard:
+            return any(w.near(ts, self.cfg.schedule_guard) for w in self.cfg.schedule)
+        return any(w.contains(ts) for w in self.cfg.schedule)
 
     def _outside_model(self, rec: RawRecord) -> Rejection | None:
         """A well-formed record the mechanism cannot privatize under its model (none by default)."""

@@ -15,37 +15,70 @@ implements it on aiomqtt 2.x. Semantics:
   letting each wait for the timeout.
 - **Subscribe.** :meth:`Transport.subscribe` plus ``async for message in transport.messages()``;
   the iteration raises :class:`TransportError` when the connection is lost (messages received
-  before the loss are yielded first). Incoming messages are queued without bound: subscriptions
-  are meant for low-rate command topics.
+  before the loss are yielded first). A QoS 1 message is acknowledged (PUBACK) only when the
+  consumer comes back for the next one, i.e. once it has been handled: a consumer that stops
+  reading stops the acknowledgements, and the broker stops sending (back-pressure).
+- **Bounds** (issue 13). Received messages wait in one queue (aiomqtt's); once it holds
+  :data:`INCOMING_LIMIT` messages or :data:`INCOMING_BYTES` of payload the socket is no longer
+  read until both are halved, so TCP flow control stops the broker (back-pressure: the broker
+  keeps what it could not send, queued for our session). Under MQTT 5 (``broker.protocol = "5"``,
+  the default) the CONNECT also carries Receive Maximum :data:`RECEIVE_MAXIMUM` and Maximum Packet
+  Size :data:`MAX_PACKET_BYTES` (1 MiB): the broker never sends a larger packet (it discards it).
+  Raw input held in memory is thus at most about ``INCOMING_BYTES`` plus a few packets (one read
+  of the socket, the message being handled): ≈ 4 MiB. Under MQTT 3.1.1 a packet is bounded only by
+  the broker's ``max_packet_size`` (64 KiB in deploy/mosquitto/streamguard-device.conf).
+- **Sessions.** ``persistent_session`` keeps the broker-side session (subscriptions and queued
+  QoS 1 messages) for :data:`SESSION_EXPIRY` seconds after a disconnect (MQTT 5; MQTT 3.1.1: a
+  non-clean session, kept as long as the broker's ``persistent_client_expiration`` allows).
+  :attr:`MqttTransport.sessions_lost` counts reconnects on which the broker no longer had the
+  session: whatever was published to its subscriptions meanwhile is lost.
 - **Will.** The broker publishes a retained ``offline`` status (:attr:`MqttTransport.will`) if the
   connection drops without a DISCONNECT. A clean exit sends DISCONNECT, so the will is *not*
   published: on shutdown, publish an ``offline`` status yourself.
 - **Reconnecting.** :func:`reconnecting` runs a session inside ``async with transport`` and
   re-enters it after a :class:`TransportError`, the pattern aiomqtt documents, waiting an
-  exponential backoff with full jitter between attempts.
+  exponential backoff with full jitter between attempts. A :class:`ConnectRefused` (wrong
+  credentials, not authorised, a TLS certificate that does not verify, TLS on one side only) is
+  permanent: retrying cannot help, so it is raised at once.
 
-Errors form one family: :class:`TransportError`, with :class:`ConnectFailed` and
-:class:`Undelivered`. Nothing here logs a payload.
+Errors form one family: :class:`TransportError`, with :class:`ConnectFailed` (and its permanent
+kind :class:`ConnectRefused`) and :class:`Undelivered`. Nothing here logs a payload.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
 import aiomqtt
 
+from paho.mqtt.client import MQTT_CLEAN_START_FIRST_ONLY
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
 from ..config import BrokerConfig, PublishConfig
 
 log = logging.getLogger(__name__)
+
+
+class _OrdinaryDisconnect(logging.Filter):
+    """paho logs a dropped connection at ERROR ("failed to receive on socket: …"); the reconnect
+    loop already reports it once, as a warning (issue 13: each failed attempt logged once)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("failed to receive on socket", "failed to send on socket"))
+
+
+log.getChild("paho").addFilter(_OrdinaryDisconnect())
 
 T = TypeVar("T")
 
@@ -59,6 +92,13 @@ class ConnectFailed(TransportError):
     TLS handshake failed."""
 
 
+class ConnectRefused(ConnectFailed):
+    """A connection failure that retrying cannot mend (a configuration error: the daemon exits with
+    EX_CONFIG): the broker refused the credentials or the client, the protocol version is not
+    supported, the TLS certificate does not verify, TLS is on at one end only, or the password
+    file cannot be read."""
+
+
 class Undelivered(TransportError):
     """A publish was not acknowledged: delivery is unknown, so keep the message and resend it."""
 
@@ -66,11 +106,14 @@ class Undelivered(TransportError):
 @dataclass(frozen=True)
 class Message:
     """A topic and its payload bytes (an incoming message, or the will); ``retain`` is set on a
-    retained message the broker delivered because of a new subscription."""
+    retained message the broker delivered because of a new subscription. ``mid`` and ``qos``
+    identify an incoming message for its acknowledgement."""
 
     topic: str
     payload: bytes
     retain: bool = False
+    mid: int = field(default=0, compare=False)
+    qos: int = field(default=0, compare=False)
 
 
 class Transport(Protocol):
@@ -94,10 +137,35 @@ class Transport(Protocol):
         """Incoming messages of this connection; raises :class:`TransportError` once it is lost."""
         ...
 
+    @property
+    def held(self) -> int:
+        """Incoming messages received and not yet handled."""
+        ...
+
 
 TransportT = TypeVar("TransportT", bound=Transport)
 
 _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+#: MQTT 5 Receive Maximum: unacknowledged QoS 1 messages the broker may send us at once.
+RECEIVE_MAXIMUM = 32
+#: MQTT 5 Maximum Packet Size: 1 MiB plus room for the topic and properties. Frames over the 16 KB
+#: frame limit (records.MAX_FRAME_BYTES) up to this size still arrive and are refused by the frame
+#: check, failing closed (the step is redacted, protected as private: issue 9 item 8); a larger
+#: one is discarded by the broker and never seen — like a frame lost on the way.
+MAX_PACKET_BYTES = 2**20 + 4096
+#: Incoming messages, and their payload bytes, queued before the socket is no longer read (TCP
+#: back-pressure); reading resumes at half of each.
+INCOMING_LIMIT = 64
+INCOMING_BYTES = 2**20
+#: MQTT 5 Session Expiry Interval of a persistent session (seconds the broker keeps it, and the
+#: QoS 1 messages queued for it, after a disconnect).
+SESSION_EXPIRY = 7 * 24 * 3600
+#: Consecutive TLS handshakes reset by the broker that make a TLS-at-one-end-only error.
+_TLS_RESETS = 3
+#: CONNACK reason codes (MQTT 5; paho maps MQTT 3.1.1 return codes onto them) that retrying cannot
+#: mend: malformed packet, protocol error, unsupported protocol version, client identifier not
+#: valid, bad user name or password, not authorized, banned, bad authentication method.
+_REFUSED = {0x81, 0x82, 0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
 #: Pending calls beyond the publish window before aiomqtt warns: room for subscribes and status.
 _EXTRA_CALLS = 32
 
@@ -113,7 +181,7 @@ class MqttTransport:
     ``publish.window`` QoS 1 messages in flight. ``timeout`` bounds every wait for the broker
     (CONNACK, PUBACK, SUBACK, DISCONNECT). ``persistent_session`` keeps the broker-side session
     (subscriptions and queued QoS 1 messages) across connections, for a subscriber that must not
-    miss messages while it is disconnected.
+    miss messages while it is disconnected (module docstring: Sessions).
     """
 
     def __init__(
@@ -142,33 +210,121 @@ class MqttTransport:
         self._client: aiomqtt.Client | None = None
         self._reader: asyncio.Task[None] | None = None
         self._lost: asyncio.Future[None] | None = None
-        self._incoming: asyncio.Queue[Message] = asyncio.Queue()
+        self._incoming: asyncio.Queue[Message] = asyncio.Queue(maxsize=1)
+        #: Connections made; reconnects on which the broker had lost our persistent session (since
+        #: this transport was created).
+        self.connections = 0
+        self.sessions_lost = 0
+        self._tls_resets = 0  # consecutive TLS handshakes the broker reset
+        #: Whether the broker resumed a stored session on the last connect (CONNACK flag).
+        self.session_present = False
+
+    def _new_client(self) -> aiomqtt.Client:
+        b = self._broker
+        try:
+            password = b.secret()
+        except OSError as exc:
+            raise ConnectRefused(f"broker.password_file: cannot read {b.password_file}: {exc.strerror}") from None
+        v5 = b.protocol == "5"
+        props = None
+        if v5:
+            props = Properties(PacketTypes.CONNECT)
+            props.ReceiveMaximum = RECEIVE_MAXIMUM
+            props.MaximumPacketSize = MAX_PACKET_BYTES
+            if self._persistent:
+                props.SessionExpiryInterval = SESSION_EXPIRY
+        gate: _ReaderGate | None = None  # (set once the client exists; only the client fills the queue)
+
+        class Incoming(asyncio.Queue):  # type: ignore[type-arg]
+            """aiomqtt's queue of received messages: at INCOMING_LIMIT messages or INCOMING_BYTES
+            the socket is no longer read (TCP back-pressure to the broker) until both are halved."""
+
+            size = 0  # payload bytes queued
+
+            def put_nowait(self, item: Any) -> None:
+                super().put_nowait(item)
+                self.size += len(item.payload)
+                if (self.qsize() >= INCOMING_LIMIT or self.size >= INCOMING_BYTES) and gate is not None:
+                    gate.pause()
+
+            def get_nowait(self) -> Any:
+                item = super().get_nowait()
+                self.size -= len(item.payload)
+                if self.qsize() <= INCOMING_LIMIT // 2 and self.size <= INCOMING_BYTES // 2 and gate is not None:
+                    gate.resume()
+                return item
+
+        client = aiomqtt.Client(
+            b.host,
+            b.port,
+            username=b.username,
+            password=password,
+            identifier=self.identifier,
+            will=None if self.will is None else aiomqtt.Will(self.will.topic, self.will.payload, qos=1, retain=True),
+            protocol=aiomqtt.ProtocolVersion.V5 if v5 else aiomqtt.ProtocolVersion.V311,
+            clean_session=None if v5 else not self._persistent,
+            clean_start=not self._persistent if v5 else MQTT_CLEAN_START_FIRST_ONLY,  # (3.1.1: clean_session)
+            properties=props,
+            keepalive=b.keepalive,
+            timeout=self._timeout,
+            tls_context=self._tls,
+            max_inflight_messages=self._window,
+            queue_type=Incoming,
+            socket_options=[_NODELAY],
+            logger=log.getChild("paho"),
+        )
+        client.pending_calls_threshold = self._window + _EXTRA_CALLS
+        # aiomqtt registers its socket reader through ``client._loop``: the gate can stop reading.
+        gate = client._loop = _ReaderGate(client._loop)  # type: ignore[assignment]
+        # aiomqtt exposes its paho client as ``_client`` (its docs: for what aiomqtt does not wrap):
+        # acknowledge QoS 1 messages ourselves (back-pressure), and read CONNACK's session flag.
+        paho = client._client
+        paho.manual_ack_set(True)
+        on_connect = paho.on_connect
+
+        def connected(c: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
+            self.session_present = bool(flags.session_present)
+            on_connect(c, userdata, flags, reason, properties)
+
+        paho.on_connect = connected
+        return client
 
     async def __aenter__(self) -> Self:
         if self._client is not None:
             raise RuntimeError("the transport is reusable, but not re-entrant")
         b = self._broker
-        client = aiomqtt.Client(
-            b.host,
-            b.port,
-            username=b.username,
-            password=b.secret(),
-            identifier=self.identifier,
-            will=None if self.will is None else aiomqtt.Will(self.will.topic, self.will.payload, qos=1, retain=True),
-            clean_session=not self._persistent,
-            keepalive=b.keepalive,
-            timeout=self._timeout,
-            tls_context=self._tls,
-            max_inflight_messages=self._window,
-            socket_options=[_NODELAY],
-            logger=log.getChild("paho"),
-        )
-        client.pending_calls_threshold = self._window + _EXTRA_CALLS
+        client = self._new_client()
+        # aiomqtt sets its "disconnected" future with an exception when a connection drops (also
+        # while connecting); when nothing awaits it then, asyncio logs "Future exception was never
+        # retrieved" (issue 13). aiomqtt replaces the future on a successful connect: watch both.
+        client._disconnected.add_done_callback(_retrieve)
         try:
             await client.__aenter__()
+        except asyncio.CancelledError:
+            # cancelled while waiting for CONNACK: aiomqtt's future is cancelled with the wait, and its
+            # disconnect callback would raise on it later ("Exception in callback"): give it a new one
+            if client._connected.cancelled():
+                client._connected = asyncio.get_running_loop().create_future()
+            raise
         except aiomqtt.MqttError as exc:
-            raise ConnectFailed(f"cannot connect to {b.host}:{b.port}: {exc}") from exc
+            error = _connect_error(b, exc)
+            # a plain listener resets a TLS handshake: once may be a broker restarting, every time is
+            # TLS at one end only
+            self._tls_resets = self._tls_resets + 1 if b.tls and isinstance(exc.__context__, ConnectionResetError) else 0
+            if self._tls_resets >= _TLS_RESETS:
+                error = ConnectRefused(f"TLS to {b.host}:{b.port}: the broker reset the handshake {self._tls_resets} "
+                                       "times in a row: is its listener on that port plain MQTT (broker.tls, broker.port)?")
+            raise error from exc
+        self._tls_resets = 0
+        client._disconnected.add_done_callback(_retrieve)
+        self.connections += 1
+        if self._persistent and not self.session_present and self.connections > 1:
+            self.sessions_lost += 1
+            log.warning("the broker at %s:%d no longer had the session of %s: messages published to its "
+                        "subscriptions while it was disconnected are lost (%d time(s) so far)",
+                        b.host, b.port, self.identifier, self.sessions_lost)
         self._client = client
+        self._incoming = asyncio.Queue(maxsize=1)
         self._lost = asyncio.get_running_loop().create_future()
         self._reader = asyncio.create_task(self._read(client, self._lost))
         log.info("connected to %s:%d as %s", b.host, b.port, self.identifier)
@@ -189,16 +345,22 @@ class MqttTransport:
         try:
             await client.__aexit__(exc_type, exc, tb)
         except aiomqtt.MqttError as err:  # the connection is gone either way
-            log.warning("disconnect from %s:%d was not clean: %s", self._broker.host, self._broker.port, err)
+            log.info("disconnect from %s:%d was not clean: %s", self._broker.host, self._broker.port, err)
+
+    @property
+    def held(self) -> int:
+        """Incoming messages received and not yet handled (unacknowledged: a persistent session
+        gets the QoS 1 ones again)."""
+        client = self._client
+        return self._incoming.qsize() + (0 if client is None else len(client.messages))
 
     async def _read(self, client: aiomqtt.Client, lost: asyncio.Future[None]) -> None:
-        """Move incoming messages to our queue; mark the connection lost when iteration fails."""
-        try:
+        """Move incoming messages to our queue (one at a time: the bound is aiomqtt's queue); mark
+        the connection lost when iteration fails (the reconnect loop logs why)."""
+        with contextlib.suppress(aiomqtt.MqttError):
             async for m in client.messages:
                 assert isinstance(m.payload, bytes | bytearray)
-                self._incoming.put_nowait(Message(m.topic.value, bytes(m.payload), bool(m.retain)))
-        except aiomqtt.MqttError as exc:
-            log.warning("connection to %s:%d lost: %s", self._broker.host, self._broker.port, exc)
+                await self._incoming.put(Message(m.topic.value, bytes(m.payload), bool(m.retain), m.mid, m.qos))
         if not lost.done():
             lost.set_result(None)
 
@@ -233,17 +395,93 @@ class MqttTransport:
         except aiomqtt.MqttError as exc:
             raise TransportError(f"subscribe to {topic_filter} failed: {exc}") from exc
 
+    def _ack(self, m: Message) -> None:
+        """PUBACK a handled QoS 1 message (nothing to do for QoS 0, or once the connection is gone:
+        the broker sends an unacknowledged message again to a persistent session)."""
+        client = self._client
+        if m.qos and client is not None:
+            client._client.ack(m.mid, m.qos)
+
     async def messages(self) -> AsyncIterator[Message]:
-        """Yield incoming messages in arrival order; raise :class:`TransportError` when the
-        connection is lost (after yielding what arrived before)."""
+        """Yield incoming messages in arrival order, acknowledging each when the next one is asked
+        for; raise :class:`TransportError` when the connection is lost — after yielding what
+        arrived before on a clean session, at once on a persistent one (the broker redelivers what
+        was not acknowledged; only a message being handled as the connection drops can come twice,
+        and a frame with ``ts`` is then recognised as the same step)."""
         while True:
+            if self._persistent and self._lost is not None and self._lost.done():
+                # what was received but not handled was not acknowledged: the broker sends it again
+                # to the session, and handling it now as well would count it twice
+                raise TransportError("message iteration stopped: connection lost")
             if self._incoming.empty():
                 try:
-                    yield await self._unless_lost(lambda _: self._incoming.get())
+                    m = await self._unless_lost(lambda _: self._incoming.get())
                 except aiomqtt.MqttError as exc:
                     raise TransportError(f"message iteration stopped: {exc}") from exc
             else:
-                yield self._incoming.get_nowait()
+                m = self._incoming.get_nowait()
+            yield m
+            self._ack(m)
+
+
+class _ReaderGate:
+    """The event loop as one aiomqtt client sees it: the same loop, except that the socket reader
+    the client registers can be paused (the socket is not read: the kernel's receive buffer fills
+    and TCP flow control stops the broker) and resumed. Mosquitto 2.0.11 does not keep to the
+    Receive Maximum once the first PUBACK came back (measured: 2,000 of 2,000 queued QoS 1 messages
+    sent with 32 acknowledged), so the client cannot rely on the broker's flow control alone."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._reader: tuple[int, Callable[..., object], tuple[Any, ...]] | None = None
+        self.paused = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+    def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
+        self._reader = (fd, callback, args)
+        if not self.paused:
+            self._loop.add_reader(fd, callback, *args)
+
+    def remove_reader(self, fd: int) -> bool:
+        self._reader = None
+        return self._loop.remove_reader(fd)
+
+    def pause(self) -> None:
+        if not self.paused and self._reader is not None:
+            self._loop.remove_reader(self._reader[0])
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused and self._reader is not None:
+            fd, callback, args = self._reader
+            self._loop.add_reader(fd, callback, *args)
+        self.paused = False
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _connect_error(b: BrokerConfig, exc: aiomqtt.MqttError) -> ConnectFailed:
+    """Classify a failed connect: :class:`ConnectRefused` when retrying cannot mend it (a refused
+    CONNACK, a TLS failure), else :class:`ConnectFailed`. aiomqtt re-raises the socket's error
+    ``from None``: the original is still its ``__context__``."""
+    where = f"{b.host}:{b.port}"
+    rc = getattr(exc, "rc", None)
+    code = getattr(rc, "value", rc)
+    if isinstance(code, int) and code in _REFUSED:
+        return ConnectRefused(f"the broker at {where} refused the connection: {rc}")
+    cause = exc.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return ConnectRefused(f"TLS to {where}: the broker's certificate does not verify "
+                              f"({cause.verify_message}); check broker.ca_file and broker.host")
+    if isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+        return ConnectRefused(f"TLS to {where} failed ({cause.reason or cause}): is TLS on at the broker's listener "
+                              "too (broker.tls, broker.port)?")
+    return ConnectFailed(f"cannot connect to {where}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -271,18 +509,34 @@ async def reconnecting(
     After a :class:`TransportError` (from connecting or from the session) wait
     ``backoff.delay(n)`` via ``sleep`` and re-enter, n counting consecutive failures (reset by
     every successful connect). After ``max_failures`` consecutive failures the last error is
-    raised (None: retry forever). Any other exception propagates at once.
+    raised (None: retry forever). A :class:`ConnectRefused` is raised at once (retrying cannot
+    mend it); any other exception propagates at once. Each failure is logged once (one line);
+    after :data:`_LOGGED_FAILURES` in a row only every 100th is, until a connect succeeds.
     """
     failures = 0
     while True:
         try:
             async with transport:
+                if failures > _LOGGED_FAILURES:
+                    log.warning("connected again after %d failed attempts", failures)
                 failures = 0
                 return await session(transport)
+        except ConnectRefused:
+            raise
         except TransportError as exc:
             if max_failures is not None and failures + 1 >= max_failures:
                 raise
             delay = backoff.delay(failures)
             failures += 1
-            log.warning("%s; retrying in %.2f s (consecutive failures: %d)", exc, delay, failures)
+            if failures <= _LOGGED_FAILURES or failures % 100 == 0:
+                who = getattr(transport, "identifier", "")  # (the daemon runs three connections)
+                log.warning("%s%s; retrying in %.2f s (consecutive failures: %d)", f"{who}: " if who else "", exc,
+                            delay, failures)
             await sleep(delay)
+
+
+#: Consecutive connection failures each logged; after them every 100th is.
+_LOGGED_FAILURES = 10
+#: The daemon's backoff: its broker is normally on the device, so reconnect promptly when it is
+#: back (a broker restart costs at most ~2 s more than its downtime).
+PROMPT = Backoff(base=0.1, cap=2.0)

@@ -1,0 +1,106 @@
+"""Issue 13, systemd: the notify protocol against a fake ``$NOTIFY_SOCKET`` (an abstract datagram
+socket, as systemd uses): READY=1 and STATUS arrive, WATCHDOG=1 pings arrive at half of
+``$WATCHDOG_USEC``, STOPPING=1 on SIGTERM, and a stalled event loop stops the pings."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from brokers import Broker, mosquitto  # noqa: F401
+from daemon_harness import daemon_toml
+
+from streamguard.stream.systemd import Notifier
+
+
+def _listener() -> tuple[socket.socket, str]:
+    name = f"@streamguard-test-{secrets.token_hex(6)}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name[1:])
+    sock.settimeout(0.2)
+    return sock, name
+
+
+def _receive(sock: socket.socket, until: float) -> list[tuple[float, dict[str, str]]]:
+    out = []
+    while time.monotonic() < until:
+        try:
+            data = sock.recv(4096)
+        except TimeoutError:
+            continue
+        out.append((time.monotonic(), dict(line.split("=", 1) for line in data.decode().splitlines())))
+    return out
+
+
+def test_ready_watchdog_and_stopping_from_the_daemon(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+    sock, name = _listener()
+    conf = daemon_toml(tmp_path / "c.toml", tmp_path / "o.sqlite", mosquitto.port, base="sgs", device="sd",
+                       stream="s", labels=("off", "on"), source="mqtt")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGUARD_")}
+    env |= {"NOTIFY_SOCKET": name, "WATCHDOG_USEC": "400000"}  # pings every 0.2 s
+    with sock:
+        p = subprocess.Popen([sys.executable, "-m", "streamguard.cli", "run", "--config", str(conf)],
+                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        try:
+            msgs: list[tuple[float, dict[str, str]]] = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not any("READY" in m for _, m in msgs):
+                msgs += _receive(sock, time.monotonic() + 0.5)
+            msgs += _receive(sock, time.monotonic() + 1.5)
+            p.send_signal(signal.SIGTERM)
+            msgs += _receive(sock, time.monotonic() + 3)
+            assert p.wait(25) == 0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    ready = [m for _, m in msgs if m.get("READY") == "1"]
+    assert len(ready) == 1 and "running 1 stream(s): s" in ready[0]["STATUS"], msgs
+    t_ready = next(t for t, m in msgs if m.get("READY") == "1")
+    pings = [t for t, m in msgs if m.get("WATCHDOG") == "1" and t >= t_ready]
+    assert len(pings) >= 5, msgs  # ~1.5 s at 0.2 s
+    assert max(b - a for a, b in zip(pings, pings[1:])) < 1.0
+    assert any(m.get("STOPPING") == "1" for _, m in msgs)
+
+
+def test_a_stalled_loop_stops_the_pings() -> None:
+    """The pings come from the event loop: while it is blocked (here 1.2 s of synchronous work, as
+    a hung call would), none is sent, so systemd's WatchdogSec would expire."""
+    sock, name = _listener()
+    notifier = Notifier({"NOTIFY_SOCKET": name, "WATCHDOG_USEC": "200000"})  # pings every 0.1 s
+    assert notifier.watchdog_interval == 0.1
+
+    async def scenario() -> tuple[float, float]:
+        task = asyncio.create_task(notifier.watchdog())
+        await asyncio.sleep(0.5)
+        stall_from = time.monotonic()
+        time.sleep(1.2)  # the stall
+        stall_to = time.monotonic()
+        await asyncio.sleep(0.5)
+        task.cancel()
+        return stall_from, stall_to
+
+    with sock:
+        sock.setblocking(False)
+        stall_from, stall_to = asyncio.run(scenario())
+        times = []
+        while True:
+            try:
+                sock.recv(64)
+            except BlockingIOError:
+                break
+            times.append(None)
+    # 0.5 s before and after at 0.1 s: about 10-12 pings, none of the ~12 the stall would have had
+    assert 6 <= len(times) <= 14, len(times)
+
+
+def test_no_socket_no_messages_and_stale_watchdog_pid_ignored() -> None:
+    assert not Notifier({}).notify(READY="1")
+    assert Notifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
