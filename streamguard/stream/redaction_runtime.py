@@ -66,12 +66,12 @@ class RedactionRuntime(StreamRuntime):
         for missing in step.missing:  # readings that never arrived still occupy their steps
             releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True))
             self.steps.taken(missing, self.core.next_phys - 1)
-            self._observe(self.core.next_phys - 1, None)
+            self._observe(self.core.next_phys - 1, None, missing)
         if isinstance(rec, Rejection):
             private = rec.private or self._scheduled(now if rec.ts is None else rec.ts, guard=True)
             releases += self.core.skip(now=now, ts=rec.ts, private=private)
             self.steps.taken(rec.ts, self.core.next_phys - 1)
-            self._observe(self.core.next_phys - 1, None)
+            self._observe(self.core.next_phys - 1, None, now if rec.ts is None else rec.ts)
             return self._count(releases), rec
         scheduled = self._scheduled(rec.ts, guard=False)
         source = "flag" if rec.private else "schedule"
@@ -80,7 +80,7 @@ class RedactionRuntime(StreamRuntime):
         self.steps.taken(rec.ts, self.core.next_phys - 1)
         # a record flagged private on arrival stays out of the aggregate windows (its position is
         # still charged); a mark that comes later cannot take back a reading already counted
-        self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state)
+        self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state, rec.ts)
         return self._count(releases + accepted), None
 
     def _scheduled(self, ts: float, *, guard: bool) -> bool:
@@ -186,6 +186,7 @@ class RedactionRuntime(StreamRuntime):
             "device": self.settings.device,
             "stream": self.name,
             "seq": r.seq,
+            "position": r.phys,
             "ts": r.ts,
             "value": None if r.state is None else self.states.label_of(r.state),
             "redacted": r.state is None,
@@ -196,6 +197,14 @@ class RedactionRuntime(StreamRuntime):
     def payload(self, r: Release) -> bytes:
         return json.dumps(self.record(r), separators=(",", ":")).encode()
 
+    def _model_description(self) -> dict[str, Any]:
+        """The point model as a consumer needs it to re-audit and to correct its estimates
+        (``kind`` "point"; a model set would be another kind): the transition matrix and the
+        initial law the config states (None: any law)."""
+        initial = self.cfg.model.initial
+        return {"kind": "point", "matrix": self.plan.chain.matrix.tolist(),
+                "initial": None if initial is None else list(initial)}
+
     def privacy_status(self) -> dict[str, Any]:
         """The retained privacy status: model, budget, plan, marks and counters."""
         chain = self.plan.chain
@@ -203,7 +212,12 @@ class RedactionRuntime(StreamRuntime):
         return {
             "stream": self.name,
             "guarantee": "ε-LDP about each private position under the stated Markov model",
-            "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary},
+            "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary,
+                      **self._model_description()},
+            "labels": [self.states.label_of(i) for i in range(self.states.k)],
+            # the table by signed distance (issue 14): rows Pr(⊥ | state) at t = p − d and p + d
+            "plan": {"left": self.plan.left.red[: self.plan.left_horizon].tolist(),
+                     "right": self.plan.right.red[: self.plan.right_horizon].tolist()},
             "mechanism": "3R redaction (paper 000, corrected)",
             "epsilon": self.plan.epsilon,
             "design": self.plan.design,
