@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..chain import ModelError
 from ..channel import ChannelError
-from . import config_check, daemon, ledger, mechanism, mqm, plan
+from . import config_check, consume, daemon, ledger, mechanism, mqm, plan
 from .common import EXIT_IN_USE, CliError
 
 __all__ = ["EXIT_IN_USE", "CliError", "build_parser", "main"]
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     mqm.register(sub)
     ledger.register(sub)
     mechanism.register(sub)
+    consume.register(sub)
     return parser
 
 

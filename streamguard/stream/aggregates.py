@@ -74,6 +74,9 @@ class WindowInfo:
     ts_start: float | None
     ts_end: float | None
     partial: bool
+    #: The number of states the window counted (its positions less rejected frames, missing
+    #: readings and records withheld as private; all of them are already public in the status).
+    states: int
 
 
 class StreamAggregates:
@@ -119,7 +122,8 @@ class StreamAggregates:
 
     def _close(self, q: _Query) -> list[tuple[int, AggregateRelease]]:
         states, lo, hi, w = np.array(q.states, dtype=np.int64), q.lo, q.hi, q.window
-        info = WindowInfo(q.ts_lo, q.ts_hi, partial=w is None or lo != w * q.cfg.window or hi != (w + 1) * q.cfg.window - 1)
+        info = WindowInfo(q.ts_lo, q.ts_hi, w is None or lo != w * q.cfg.window or hi != (w + 1) * q.cfg.window - 1,
+                          int(states.size))
         q.window, q.states, q.ts_lo, q.ts_hi = None, [], None, None
         if states.size == 0:  # every frame of the window was rejected: nothing to release
             return []

@@ -135,6 +135,7 @@ class StreamRuntime(abc.ABC):
         info = self.aggregates.window_info(q, rel.lo) if self.aggregates is not None else None
         doc["ts_start"], doc["ts_end"] = (info.ts_start, info.ts_end) if info is not None else (None, None)
         doc["partial"] = info.partial if info is not None else None
+        doc["states"] = info.states if info is not None else None
         if "state" in rel.query:
             doc["state_label"] = self.states.label_of(int(rel.query["state"]))
         doc["labels"] = [self.states.label_of(i) for i in range(self.states.k)]

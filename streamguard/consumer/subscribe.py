@@ -1,0 +1,79 @@
+"""Reading sanitized streams from a broker: QoS 1 subscriptions on a persistent session (the
+broker queues what arrives while the consumer is disconnected), every device or one, every
+stream or one, until a number of new records or a duration (both bounded).
+
+Topics: ``<base>/<device>/<stream>/{data,aggregate,privacy}`` and ``<base>/<device>/status``
+(``+`` for "all"). On a central broker that bridges many devices' sanitized topics (the
+sensor-ingest bridge), the same filters see the whole fleet. Reconnects with backoff through the
+project's transport (:func:`streamguard.stream.transport.reconnecting`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from ..config import BrokerConfig, PublishConfig
+from ..stream.transport import Backoff, MqttTransport, reconnecting
+from .capture import CaptureWriter
+from .collector import Collector
+from .messages import Record
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which topics to read: ``device``/``stream`` None means all."""
+
+    base: str
+    device: str | None = None
+    stream: str | None = None
+
+    def filters(self) -> list[str]:
+        d, s = self.device or "+", self.stream or "+"
+        prefix = f"{self.base}/" if self.base else ""
+        return [f"{prefix}{d}/{s}/{kind}" for kind in ("data", "aggregate", "privacy")] + [f"{prefix}{d}/status"]
+
+
+async def consume(
+    broker: BrokerConfig, selection: Selection, collector: Collector, *, count: int | None = None,
+    duration: float | None = None, client_id: str = "streamguard-consume", capture: CaptureWriter | None = None,
+    backoff: Backoff = Backoff(base=0.2, cap=5.0), timeout: float = 10.0,
+) -> None:
+    """Feed ``collector`` until ``count`` new records arrived or ``duration`` seconds passed (at
+    least one of them must be given). A persistent session: run again with the same
+    ``client_id`` to receive what was published in between."""
+    if count is None and duration is None:
+        raise ValueError("give a record count or a duration")
+    cfg = broker.model_copy(update={"client_id": client_id})
+    transport = MqttTransport(cfg, PublishConfig(), device="consumer", status_topic=f"{client_id}/status",
+                              will=False, timeout=timeout, persistent_session=True)
+    start_records = collector.records()
+    done = asyncio.Event()
+
+    async def session(t: MqttTransport) -> None:
+        for f in selection.filters():
+            await t.subscribe(f, qos=1)
+        async for m in t.messages():
+            if capture is not None:
+                capture.write(m)
+            items = collector.feed(m)
+            if (count is not None and any(isinstance(i, Record) for i in items)
+                    and collector.records() - start_records >= count):
+                done.set()
+                return
+
+    deadline = None if duration is None else time.monotonic() + duration
+    task = asyncio.create_task(reconnecting(transport, session, backoff=backoff))
+    waiter = asyncio.create_task(done.wait())
+    try:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+            raise exc
+    finally:
+        for t in (task, waiter):
+            t.cancel()
+        await asyncio.gather(task, waiter, return_exceptions=True)

@@ -1,0 +1,92 @@
+"""Simulated sanitized streams with known truth, produced by the real stream runtimes (no broker):
+a Markov source (numpy, independent of streamguard), frames through RedactionRuntime /
+ChannelRuntime, and every payload the daemon would publish — records, aggregate windows, the
+privacy status — as MQTT messages. Used by the consumer tests and benchmarks/consumer.py.
+
+:func:`simulate` returns the messages and the truth: the state of every record by seq.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamguard.config import Settings
+from streamguard.sampling import SeededSource
+from streamguard.stream.runtimes import make_runtime
+from streamguard.stream.transport import Message
+
+BASE = "streamguard"
+T0 = 1.79e9
+
+
+def markov_path(P: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n states of the chain P started from its stationary law (numpy only)."""
+    k = P.shape[0]
+    w, v = np.linalg.eig(P.T)
+    pi = np.real(v[:, np.argmin(np.abs(w - 1))])
+    pi = pi / pi.sum()
+    x = np.empty(n, dtype=np.int64)
+    x[0] = rng.choice(k, p=pi)
+    u = rng.uniform(size=n)
+    cum = np.cumsum(P, axis=1)
+    for t in range(1, n):
+        x[t] = min(int(np.searchsorted(cum[x[t - 1]], u[t], side="right")), k - 1)
+    return x
+
+
+@dataclass
+class Simulated:
+    messages: list[Message]
+    truth: dict[int, int]  # seq → state
+    labels: list[str]
+    status: dict[str, Any]
+
+
+def simulate(stream: dict[str, Any], P: np.ndarray, n: int, seed: int, *, mark_every: int | None = None,
+             device: str = "dev", period: float = 1.0, bad_every: int | None = None) -> Simulated:
+    """Run ``n`` frames of a Markov path through the runtime of ``stream`` (a [[streams]] table
+    without name/source). ``mark_every``: a private flag on every that-many-th frame (at a place
+    independent of the readings); ``bad_every``: a malformed frame instead of every that-many-th."""
+    rng = np.random.default_rng(seed)
+    labels = stream["labels"]
+    s = Settings(device=device, deterministic_seed=seed, outbox={"path": "unused.sqlite"}, topic_base=BASE,
+                 streams=[{"name": "s", "source": "stdin", **stream}])
+    rt = make_runtime(s, s.streams[0], SeededSource(seed), aggregate_source=SeededSource(seed, 2))
+    x = markov_path(P, n, rng)
+    msgs: list[Message] = []
+    truth: dict[int, int] = {}
+    seq = 0
+    for i in range(n):
+        ts = T0 + i * period
+        if bad_every and i % bad_every == bad_every - 1:
+            out, _ = rt.on_frame(b"{broken", now=ts)
+        else:
+            frame: dict[str, Any] = {"ts": ts, "value": labels[x[i]]}
+            if mark_every and i % mark_every == mark_every // 2:
+                frame["private"] = True
+            out, _ = rt.on_frame(json.dumps(frame).encode(), now=ts)
+            truth[seq] = int(x[i])
+            seq += 1
+        msgs += [Message(rt.data_topic(), rt.payload(r)) for r in out]
+        msgs += [Message(rt.aggregate_topic(), rt.aggregate_payload(q, a)) for q, a in rt.take_aggregates()]
+    msgs += [Message(rt.data_topic(), rt.payload(r)) for r in rt.drain()]
+    msgs += [Message(rt.aggregate_topic(), rt.aggregate_payload(q, a)) for q, a in rt.take_aggregates()]
+    rt.mark_records()  # finishes the marks' reports
+    status = rt.privacy_status()
+    if rt.aggregates is not None:
+        status["aggregates"] = rt.aggregates.status()
+    msgs.append(Message(rt.privacy_topic(), json.dumps(status).encode(), retain=True))
+    return Simulated(msgs, truth, list(labels), status)
+
+
+def records_of(messages: list[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.topic.endswith("/data"):
+            body = json.loads(m.payload)
+            out += body if isinstance(body, list) else [body]
+    return out
