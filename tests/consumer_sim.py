@@ -90,3 +90,51 @@ def records_of(messages: list[Message]) -> list[dict[str, Any]]:
             body = json.loads(m.payload)
             out += body if isinstance(body, list) else [body]
     return out
+
+
+#: The coverage scenarios (issue 14 "Evidence"): a redaction stream with frequent marks whose plan
+#: redacts one state more than the other next to a mark (so the naive share is biased), a
+#: randomized-response channel on three states, and histogram aggregates.
+SCENARIOS: dict[str, tuple[dict[str, Any], np.ndarray, int | None]] = {
+    "redaction": ({"labels": ["vacant", "occupied"], "model": {"alpha": 0.1, "beta": 0.3}, "epsilon": 3.0},
+                  np.array([[0.9, 0.1], [0.3, 0.7]]), 5),
+    "channel": ({"labels": ["rest", "walk", "run"],
+                 "model": {"matrix": [[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]},
+                 "mechanism": "channel", "channel": {"kind": "rr", "epsilon": 1.0, "prior": [1 / 3, 1 / 3, 1 / 3]}},
+                np.array([[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]), None),
+    "aggregate": ({"labels": ["vacant", "occupied"], "model": {"alpha": 0.1, "beta": 0.3}, "epsilon": 3.0,
+                   "aggregates": [{"query": "histogram", "window": 50, "epsilon": 1.0}]},
+                  np.array([[0.9, 0.1], [0.3, 0.7]]), None),
+}
+
+
+@dataclass
+class Trial:
+    truth: list[float]  # realised share of each state among the records the estimate is over
+    frequency: list[float | None]
+    ci: list[list[float] | None]
+    naive: list[float] | None
+
+
+def trial(kind: str, n: int, seed: int) -> Trial:
+    """One simulated run of scenario ``kind`` through the real runtime and the consumer."""
+    from streamguard.consumer.collector import Collector
+    from streamguard.consumer.report import device_report
+
+    stream, P, mark_every = SCENARIOS[kind]
+    sim = simulate(stream, P, n, seed, mark_every=mark_every)
+    c = Collector(BASE)
+    c.feed_all(sim.messages)
+    log = c.streams[("dev", "s")]
+    _, shares, aggregate = device_report(log)
+    s = aggregate if kind == "aggregate" else shares
+    assert s is not None
+    k = len(sim.labels)
+    if kind == "aggregate":  # the windows count the records not flagged private (none here)
+        states = [sim.truth[q] for q in sorted(sim.truth)]
+    elif kind == "channel":
+        states = [sim.truth[r.seq] for r in log.ordered() if not r.redacted]
+    else:
+        states = [sim.truth[r.seq] for r in log.ordered()]
+    truth = (np.bincount(states, minlength=k) / len(states)).tolist()
+    return Trial(truth, s.frequency, s.frequency_ci, s.naive)
