@@ -46,6 +46,8 @@ class StreamLog:
     window_duplicates: int = 0
     status: dict[str, Any] | None = None
     statuses: int = 0
+    #: Every restart position any status named (an unknown number of readings precede each).
+    restarts: set[int] = field(default_factory=set)
     _newest: int = -1
 
     def add_record(self, r: Record) -> None:
@@ -136,6 +138,8 @@ class Collector:
         elif isinstance(it, Status):
             s = self.log(it.device, it.stream)
             s.status, s.statuses = it.body, s.statuses + 1
+            if isinstance(it.body.get("restart_position"), int):
+                s.restarts.add(it.body["restart_position"])
         elif isinstance(it, DeviceStatus):
             self.devices[it.device] = it.state
         elif isinstance(it, Malformed):

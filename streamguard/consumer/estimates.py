@@ -26,7 +26,7 @@ a 95% interval for it:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,15 +94,31 @@ def redaction_observations(records: Sequence[Record], labels: Sequence[Any]) -> 
     return obs, rows, counted, first
 
 
-def redaction_posterior(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel) -> Posterior:
+def redaction_posterior(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
+                        restarts: Collection[int] = ()) -> Posterior:
+    """The posterior of the records' states. A restart position b (published by the status) ends
+    the chain before it: an unknown number of readings were lost there, so the records from b on
+    are solved as a new segment, independent of what came before, whose first law is the model's
+    law at b (:meth:`PublishedModel.law_at`; the gap's length is unknown, so the stated initial law
+    moved b steps stands in for it)."""
     obs, rows, counted, first = redaction_observations(records, labels)
-    return posterior(model.chain.matrix, model.law_at(first), obs, rows, counted)
+    n, k = obs.shape[0], len(labels)
+    cuts = sorted({b - first for b in restarts if first < b < first + n})
+    parts = []
+    for a, b in zip([0, *cuts], [*cuts, n]):
+        parts.append(posterior(model.chain.matrix, model.law_at(first + a), obs[a:b], rows[a:b], counted[a:b]))
+    if len(parts) == 1:
+        return parts[0]
+    trans = sum((p.transitions for p in parts), np.zeros((k, k)))
+    return Posterior(np.vstack([p.marginals for p in parts]), sum((p.count_mean for p in parts), np.zeros(k)),
+                     sum((p.count_var for p in parts), np.zeros(k)), trans, sum(p.counted for p in parts))
 
 
-def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel) -> Shares:
+def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
+                     restarts: Collection[int] = ()) -> Shares:
     """Corrected shares of a redaction stream (module docstring)."""
     k = len(labels)
-    post = redaction_posterior(records, labels, model)
+    post = redaction_posterior(records, labels, model, restarts)
     N = post.counted
     released = np.zeros(k)
     index = state_index(labels)

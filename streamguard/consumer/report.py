@@ -43,7 +43,7 @@ def device_report(log: StreamLog) -> tuple[dict[str, Any], Shares | None, Shares
         if records and log.mechanism == "redaction":
             assert log.status is not None
             model = published_model(log.status)
-            shares = redaction_shares(records, labels, model)
+            shares = redaction_shares(records, labels, model, log.restarts)
             out["audit"] = audit_redaction(log.status, model, records).as_json()
             out["warnings"] += out["audit"]["warnings"]
         elif records and log.mechanism == "channel":
@@ -116,7 +116,7 @@ def buckets(log: StreamLog, seconds: float) -> list[dict[str, Any]]:
         labels = labels_of(log.status)
         if log.mechanism == "redaction":
             model = published_model(log.status)
-            post = redaction_posterior(records, labels, model)
+            post = redaction_posterior(records, labels, model, log.restarts)
             first = min(r.position if r.position is not None else r.seq for r in records)
             rows: dict[int, list[Any]] = defaultdict(list)
             for r in records:

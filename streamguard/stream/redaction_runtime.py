@@ -232,5 +232,7 @@ class RedactionRuntime(StreamRuntime):
             "open_marks": core["open_marks"],
             "recent_marks": core["finished_marks"][-50:],
             "restarted": core["restarted"],
+            # the first position after the last restart: an unknown number of readings lies before it
+            "restart_position": self.core.boundary,
             "counters": self.counters.as_dict(),
         }
