@@ -116,25 +116,34 @@ class Trial:
     naive: list[float] | None
 
 
-def trial(kind: str, n: int, seed: int) -> Trial:
-    """One simulated run of scenario ``kind`` through the real runtime and the consumer."""
+def trials(kind: str, n: int, runs: int, seed: int) -> list[Trial]:
+    """``runs`` trials of scenario ``kind``: one stream of runs·n frames through the real runtime,
+    cut into consecutive blocks of n records, each estimated on its own as a consumer that saw
+    only that block would (a block starts and ends mid-stream, which the estimators allow for)."""
     from streamguard.consumer.collector import Collector
-    from streamguard.consumer.report import device_report
+    from streamguard.consumer.estimates import aggregate_shares, channel_matrix, channel_shares, redaction_shares
+    from streamguard.consumer.model import published_model
 
     stream, P, mark_every = SCENARIOS[kind]
-    sim = simulate(stream, P, n, seed, mark_every=mark_every)
+    sim = simulate(stream, P, n * runs, seed, mark_every=mark_every)
     c = Collector(BASE)
     c.feed_all(sim.messages)
     log = c.streams[("dev", "s")]
-    _, shares, aggregate = device_report(log)
-    s = aggregate if kind == "aggregate" else shares
-    assert s is not None
-    k = len(sim.labels)
-    if kind == "aggregate":  # the windows count the records not flagged private (none here)
-        states = [sim.truth[q] for q in sorted(sim.truth)]
-    elif kind == "channel":
-        states = [sim.truth[r.seq] for r in log.ordered() if not r.redacted]
-    else:
-        states = [sim.truth[r.seq] for r in log.ordered()]
-    truth = (np.bincount(states, minlength=k) / len(states)).tolist()
-    return Trial(truth, s.frequency, s.frequency_ci, s.naive)
+    assert log.status is not None
+    k, records = len(sim.labels), log.ordered()
+    out = []
+    for b in range(runs):
+        block = [r for r in records if b * n <= r.seq < (b + 1) * n]
+        if kind == "aggregate":  # windows inside the block's positions (no flags: seq = position)
+            s = aggregate_shares([w for w in log.windows.values() if b * n <= w.lo and w.hi < (b + 1) * n], k)
+            states = [sim.truth[r.seq] for r in block]
+        elif kind == "channel":
+            s = channel_shares(block, channel_matrix(log.status, k))
+            states = [sim.truth[r.seq] for r in block if not r.redacted]
+        else:
+            s = redaction_shares(block, sim.labels, published_model(log.status))
+            states = [sim.truth[r.seq] for r in block]
+        assert s is not None
+        truth = (np.bincount(states, minlength=k) / len(states)).tolist()
+        out.append(Trial(truth, s.frequency, s.frequency_ci, s.naive))
+    return out

@@ -2,9 +2,9 @@
 "Evidence"), through the real runtimes: a redaction stream with frequent marks, a randomized-
 response channel stream, histogram aggregates (scenarios in tests/consumer_sim.py).
 
-Each scenario runs R streams (R = 24 by default, ``STREAMGUARD_COVERAGE_RUNS`` for more; the
-benchmark benchmarks/consumer.py runs hundreds) and counts the runs whose interval for the share of
-state 1 covers the realised share. The test fails if fewer than t runs cover, t the smallest count
+Each scenario runs one stream of R·300 records cut into R blocks estimated separately (R = 24 by
+default, ``STREAMGUARD_COVERAGE_RUNS`` for more; the benchmark benchmarks/consumer.py runs
+hundreds) and counts the blocks whose interval for the share of state 1 covers the realised share. The test fails if fewer than t runs cover, t the smallest count
 with P(Binomial(R, 0.95) < t) ≤ 0.001: the false-failure rate of a correct 95% interval is at most
 0.1% per scenario (seeded, so a given R always gives the same verdict). The naive share's bias is
 asserted beside it for the redaction stream (its plan redacts "occupied" next to every mark and
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from consumer_sim import trial
+from consumer_sim import trials as run_trials
 
 RUNS = int(os.environ.get("STREAMGUARD_COVERAGE_RUNS", "24"))
 N = 300
@@ -31,7 +31,7 @@ def _threshold(runs: int, alpha: float = 1e-3) -> int:
 
 @pytest.mark.parametrize("kind", ["redaction", "channel", "aggregate"])
 def test_intervals_cover_the_realised_share(kind):
-    trials = [trial(kind, N, 1000 + i) for i in range(RUNS)]
+    trials = run_trials(kind, N, RUNS, 1000)
     covered = sum(t.ci[1][0] <= t.truth[1] <= t.ci[1][1] for t in trials)  # type: ignore[index]
     assert covered >= _threshold(RUNS), (kind, covered, RUNS)
     err = np.array([t.frequency[1] - t.truth[1] for t in trials])

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from ..config import BrokerConfig, PublishConfig
-from ..stream.transport import Backoff, MqttTransport, reconnecting
+from ..stream.transport import Backoff, Message, MqttTransport, reconnecting
 from .capture import CaptureWriter
 from .collector import Collector
 from .messages import Record
@@ -39,11 +39,18 @@ class Selection:
 async def consume(
     broker: BrokerConfig, selection: Selection, collector: Collector, *, count: int | None = None,
     duration: float | None = None, client_id: str = "streamguard-consume", capture: CaptureWriter | None = None,
-    backoff: Backoff = Backoff(base=0.2, cap=5.0), timeout: float = 10.0,
+    backoff: Backoff = Backoff(base=0.2, cap=5.0), timeout: float = 10.0, linger: float = 0.5,
+    linger_max: float = 5.0,
 ) -> None:
     """Feed ``collector`` until ``count`` new records arrived or ``duration`` seconds passed (at
     least one of them must be given). A persistent session: run again with the same
-    ``client_id`` to receive what was published in between."""
+    ``client_id`` to receive what was published in between.
+
+    The client library acknowledges a QoS 1 message when it arrives, before it is read (aiomqtt
+    offers no manual acknowledgement), so after ``count`` is reached the session keeps reading
+    until the flow pauses for ``linger`` seconds (at most ``linger_max``). A message that arrives
+    after that and before the disconnect is acknowledged but not read: the next run reports it as
+    a gap (``gaps``), never silently."""
     if count is None and duration is None:
         raise ValueError("give a record count or a duration")
     cfg = broker.model_copy(update={"client_id": client_id})
@@ -52,17 +59,32 @@ async def consume(
     start_records = collector.records()
     done = asyncio.Event()
 
+    def take(m: Message) -> bool:
+        """Feed one message; True once ``count`` new records arrived."""
+        if capture is not None:
+            capture.write(m)
+        items = collector.feed(m)
+        return (count is not None and any(isinstance(i, Record) for i in items)
+                and collector.records() - start_records >= count)
+
     async def session(t: MqttTransport) -> None:
         for f in selection.filters():
             await t.subscribe(f, qos=1)
-        async for m in t.messages():
-            if capture is not None:
-                capture.write(m)
-            items = collector.feed(m)
-            if (count is not None and any(isinstance(i, Record) for i in items)
-                    and collector.records() - start_records >= count):
-                done.set()
-                return
+        stream = t.messages()
+        async for m in stream:
+            if take(m):
+                break
+        else:
+            return
+        # the client library acknowledged what it already received: read it before leaving, until
+        # the flow pauses for ``linger`` seconds (bounded by ``linger_max``)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(linger_max):
+                while True:
+                    async with asyncio.timeout(linger):
+                        m = await anext(stream)
+                    take(m)
+        done.set()
 
     deadline = None if duration is None else time.monotonic() + duration
     task = asyncio.create_task(reconnecting(transport, session, backoff=backoff))
@@ -71,6 +93,10 @@ async def consume(
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(None if deadline is None else max(0.0, deadline - time.monotonic())):
                 await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if done.is_set():  # the session ended by itself: let it disconnect cleanly (a cancel
+            # during the DISCONNECT would leave the connection open, still acknowledging messages)
+            async with asyncio.timeout(timeout + 1.0):
+                await asyncio.shield(task)
         if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
             raise exc
     finally:
