@@ -6,7 +6,8 @@ it, its throughput, and the cost of the posterior per record.
     "vacant" only with probability 0.725; randomized response ε = 1 on three states; histogram
     windows of 50 at ε = 1), one stream of R·300 frames goes through the real runtime and is cut
     into R blocks of 300 records, each estimated on its own. Reported: the fraction of blocks whose
-    interval covers the realised share of state 1 (± its binomial standard error), the mean error
+    interval covers the realised share of state 1 (± its binomial standard error) — and, for the
+    redaction stream, the realised rate of staying in state 1 (a transition estimate) — the mean error
     of the corrected and of the naive estimate (± standard error), and the mean interval width.
     Target: coverage within 95% ± 2 binomial SE(0.95, R).
 (b) **Throughput**: records/s of parsing, de-duplicating and ordering a stream's messages
@@ -53,7 +54,9 @@ def coverage(kind: str, runs: int) -> dict[str, Any]:
     naive = np.array([t.naive[1] - t.truth[1] for t in ts]) if ts[0].naive is not None else None
     width = np.array([t.ci[1][1] - t.ci[1][0] for t in ts])
     se95 = math.sqrt(0.95 * 0.05 / runs)
-    return {"kind": kind, "runs": runs, "coverage": float(cov.mean()), "coverage_se": float(cov.std(ddof=1) / math.sqrt(runs)),
+    stay = ([t.stay_ci[0] <= t.stay <= t.stay_ci[1] for t in ts if t.stay is not None and t.stay_ci is not None]
+            if kind == "redaction" else [])
+    return {"stay_coverage": float(np.mean(stay)) if stay else None,"kind": kind, "runs": runs, "coverage": float(cov.mean()), "coverage_se": float(cov.std(ddof=1) / math.sqrt(runs)),
             "error": float(err.mean()), "error_se": float(err.std(ddof=1) / math.sqrt(runs)),
             "naive_error": None if naive is None else float(naive.mean()),
             "naive_se": None if naive is None else float(naive.std(ddof=1) / math.sqrt(runs)),
@@ -121,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(f"coverage: {kind}, {runs} blocks of {BLOCK}")
         cov.append(coverage(kind, runs))
     cov_rows = [[c["kind"], c["runs"], f"{c['coverage']:.3f} ± {c['coverage_se']:.3f}",
+                 "-" if c["stay_coverage"] is None else f"{c['stay_coverage']:.3f}",
                  f"{c['error']:+.4f} ± {c['error_se']:.4f}",
                  "-" if c["naive_error"] is None else f"{c['naive_error']:+.4f} ± {c['naive_se']:.4f}",
                  f"{c['width']:.3f}", verdict(c["ok"])] for c in cov]
@@ -128,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parts = [
         f"# Consumer benchmarks{' (quick)' if args.quick else ''}",
         "## (a) Coverage of the 95% intervals (share of state 1, realised among the block's records)",
-        markdown_table(["stream", "blocks", "coverage", "corrected error", "naive error", "mean width",
+        markdown_table(["stream", "blocks", "coverage", "coverage, rate 1→1", "corrected error", "naive error", "mean width",
                         "95% ± 2 SE"], cov_rows),
         "## (b, c) Throughput and posterior cost",
         markdown_table(["measure", "value", "target"], rows),

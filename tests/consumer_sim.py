@@ -114,6 +114,9 @@ class Trial:
     frequency: list[float | None]
     ci: list[list[float] | None]
     naive: list[float] | None
+    #: Redaction only: the realised rate of 1 → 1 among the block's consecutive records, and its interval.
+    stay: float | None = None
+    stay_ci: list[float] | None = None
 
 
 def trials(kind: str, n: int, runs: int, seed: int) -> list[Trial]:
@@ -145,5 +148,10 @@ def trials(kind: str, n: int, runs: int, seed: int) -> list[Trial]:
             states = [sim.truth[r.seq] for r in block]
         assert s is not None
         truth = (np.bincount(states, minlength=k) / len(states)).tolist()
-        out.append(Trial(truth, s.frequency, s.frequency_ci, s.naive))
+        t = Trial(truth, s.frequency, s.frequency_ci, s.naive)
+        if kind == "redaction":  # no rejected frames here: consecutive records are consecutive steps
+            x = np.array(states)
+            t.stay = float(((x[:-1] == 1) & (x[1:] == 1)).sum() / max(1, (x[:-1] == 1).sum()))
+            t.stay_ci = s.extra["transitions_ci"][1][1]
+        out.append(t)
     return out

@@ -8,7 +8,8 @@ hundreds) and counts the blocks whose interval for the share of state 1 covers t
 with P(Binomial(R, 0.95) < t) ≤ 0.001: the false-failure rate of a correct 95% interval is at most
 0.1% per scenario (seeded, so a given R always gives the same verdict). The naive share's bias is
 asserted beside it for the redaction stream (its plan redacts "occupied" next to every mark and
-"vacant" only sometimes).
+"vacant" only sometimes), and so is the coverage of its interval for the rate of staying
+"occupied" (a transition estimate).
 """
 
 from __future__ import annotations
@@ -44,3 +45,6 @@ def test_intervals_cover_the_realised_share(kind):
         # the naive share of "occupied" is too low, by many standard errors
         assert naive.mean() < -4 * naive.std(ddof=1) / np.sqrt(RUNS), naive.mean()
         assert abs(err.mean()) < abs(naive.mean()) / 4
+        # the posterior-sampling interval of the realised rate of staying "occupied"
+        stay = sum(t.stay_ci[0] <= t.stay <= t.stay_ci[1] for t in trials)  # type: ignore[index, operator]
+        assert stay >= _threshold(RUNS), ("transition", stay, RUNS)

@@ -10,7 +10,9 @@ a 95% interval for it:
   approximation of the posterior of a count), clipped to what the released records allow. Given
   the model, this is a Bayesian interval whose frequentist coverage over streams drawn from the
   model is its level (checked in simulation: tests/test_consumer_coverage.py, benchmarks).
-  The naive share (released records only) is reported beside it.
+  The naive share (released records only) is reported beside it. Transition rates: the posterior
+  expected transition counts, normalised per row, with 95% intervals from the quantiles of the
+  realised rates of paths drawn from the posterior (forward filtering, backward sampling).
 - **channel** (:func:`channel_shares`): least squares with the published matrix. With q̂ the
   output frequencies of the N released records and C_x the output law of state x, E[q̂ | X] =
   Cᵀ p (p the realised shares), so p̂ = (Cᵀ)⁺ q̂ is unbiased given X; given X the outputs are
@@ -36,10 +38,12 @@ from numpy.typing import NDArray
 from ..quilt.noise import DiscreteLaplace
 from .messages import Record, Window
 from .model import PublishedModel, StatusError
-from .posterior import REDACTED, UNKNOWN, Posterior, posterior
+from .posterior import REDACTED, UNKNOWN, Posterior, posterior, sample_paths
 
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
+#: Posterior paths drawn for the transition intervals.
+TRANSITION_DRAWS = 400
 
 
 @dataclass
@@ -94,6 +98,12 @@ def redaction_observations(records: Sequence[Record], labels: Sequence[Any]) -> 
     return obs, rows, counted, first
 
 
+def _segments(first: int, n: int, restarts: Collection[int]) -> list[tuple[int, int]]:
+    """[a, b) index ranges of the positions first..first+n−1 split at the restart positions."""
+    cuts = sorted({b - first for b in restarts if first < b < first + n})
+    return list(zip([0, *cuts], [*cuts, n]))
+
+
 def redaction_posterior(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
                         restarts: Collection[int] = ()) -> Posterior:
     """The posterior of the records' states. A restart position b (published by the status) ends
@@ -102,16 +112,45 @@ def redaction_posterior(records: Sequence[Record], labels: Sequence[Any], model:
     law at b (:meth:`PublishedModel.law_at`; the gap's length is unknown, so the stated initial law
     moved b steps stands in for it)."""
     obs, rows, counted, first = redaction_observations(records, labels)
-    n, k = obs.shape[0], len(labels)
-    cuts = sorted({b - first for b in restarts if first < b < first + n})
-    parts = []
-    for a, b in zip([0, *cuts], [*cuts, n]):
-        parts.append(posterior(model.chain.matrix, model.law_at(first + a), obs[a:b], rows[a:b], counted[a:b]))
+    k = len(labels)
+    parts = [posterior(model.chain.matrix, model.law_at(first + a), obs[a:b], rows[a:b], counted[a:b])
+             for a, b in _segments(first, obs.shape[0], restarts)]
     if len(parts) == 1:
         return parts[0]
     trans = sum((p.transitions for p in parts), np.zeros((k, k)))
     return Posterior(np.vstack([p.marginals for p in parts]), sum((p.count_mean for p in parts), np.zeros(k)),
                      sum((p.count_var for p in parts), np.zeros(k)), trans, sum(p.counted for p in parts))
+
+
+def transition_intervals(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
+                         restarts: Collection[int] = (), draws: int = TRANSITION_DRAWS,
+                         seed: int = 0) -> list[list[list[float] | None]]:
+    """95% intervals for the realised transition rates Pr(X_{t+1} = y | X_t = x) over the records'
+    consecutive positions: the 2.5% and 97.5% quantiles of the rates of ``draws`` paths drawn from
+    the posterior (:func:`.posterior.sample_paths`; seeded, so a report is reproducible). None for
+    a state no draw visits."""
+    obs, rows, _, first = redaction_observations(records, labels)
+    k = len(labels)
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((draws, k, k))
+    for a, b in _segments(first, obs.shape[0], restarts):
+        paths = sample_paths(model.chain.matrix, model.law_at(first + a), obs[a:b], rows[a:b], draws, rng)
+        for x in range(k):
+            for y in range(k):
+                counts[:, x, y] += ((paths[:, :-1] == x) & (paths[:, 1:] == y)).sum(axis=1)
+    out: list[list[list[float] | None]] = []
+    for x in range(k):
+        row: list[list[float] | None] = []
+        total = counts[:, x, :].sum(axis=1)
+        for y in range(k):
+            ok = total > 0
+            if not ok.any():
+                row.append(None)
+                continue
+            rate = counts[ok, x, y] / total[ok]
+            row.append([float(np.quantile(rate, 0.025)), float(np.quantile(rate, 0.975))])
+        out.append(row)
+    return out
 
 
 def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
@@ -134,7 +173,8 @@ def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: Pu
         rate = trans / trans.sum(axis=1, keepdims=True)
     return Shares(est.tolist(), _interval(est, sd, released / N, (released + hidden) / N),
                   None if naive is None else naive.tolist(), "posterior (forward-backward, published model and rows)",
-                  {"transitions": [[None if not np.isfinite(v) else float(v) for v in row] for row in rate]},
+                  {"transitions": [[None if not np.isfinite(v) else float(v) for v in row] for row in rate],
+                   "transitions_ci": transition_intervals(records, labels, model, restarts)},
                   sd.tolist(), N)
 
 

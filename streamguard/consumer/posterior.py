@@ -175,3 +175,49 @@ def _run(
     tr_left = gamma[0]
     tr_right = gamma[m - 1]
     return gamma, mean, np.maximum(var, 0.0), trans, tr_left, tr_right
+
+
+def sample_paths(
+    matrix: NDArray[np.float64], initial: NDArray[np.float64], obs: Sequence[int] | NDArray[np.int64],
+    rows: NDArray[np.float64], draws: int, rng: np.random.Generator,
+) -> NDArray[np.int64]:
+    """``draws`` hidden paths from the posterior (forward filtering, backward sampling, run by run:
+    released positions are fixed, and each run of unreleased positions is drawn from its bridge
+    between the known states around it). Returns a (draws, n) array of states. Cost
+    O(draws · #unreleased · k)."""
+    P = np.asarray(matrix, dtype=np.float64)
+    o = np.asarray(obs, dtype=np.int64)
+    e = emissions(o, np.asarray(rows, dtype=np.float64))
+    n, k = o.shape[0], P.shape[0]
+    paths = np.empty((draws, n), dtype=np.int64)
+    known = o >= 0
+    paths[:, known] = o[known]
+    edges = np.diff(np.concatenate([[0], (~known).astype(np.int8), [0]]))
+    for a, b in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()):
+        left = initial if a == 0 else P[o[a - 1]]
+        right = P[:, o[b]] if b < n else np.ones(k)
+        alpha = np.empty((b - a, k))
+        f = left * e[a]
+        for t in range(b - a):
+            if t:
+                f = (alpha[t - 1] @ P) * e[a + t]
+            s = f.sum()
+            if not s > 0:
+                raise PosteriorError(f"positions {a}..{b - 1}: the releases around them are impossible under the model")
+            alpha[t] = f / s
+        w = alpha[-1][None, :] * right[None, :]  # (1, k), the same for every draw
+        nxt = _draw(np.repeat(w, draws, axis=0), rng)
+        paths[:, b - 1] = nxt
+        for t in range(b - a - 2, -1, -1):
+            nxt = _draw(alpha[t][None, :] * P[:, nxt].T, rng)
+            paths[:, a + t] = nxt
+    return paths
+
+
+def _draw(weights: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.int64]:
+    """One index per row of ``weights`` (non-negative, not normalised)."""
+    cum = np.cumsum(weights, axis=1)
+    if not np.all(cum[:, -1] > 0):
+        raise PosteriorError("a posterior bridge has probability 0 under the model")
+    u = rng.uniform(size=(weights.shape[0], 1)) * cum[:, -1:]
+    return np.minimum((cum < u).sum(axis=1), weights.shape[1] - 1).astype(np.int64)
