@@ -96,6 +96,10 @@ def test_capture_round_trip_and_consume_file(tmp_path, capsys):
     assert [b["start"] for b in bs] == sorted({ts // 60 * 60 for ts in stamps}) and sum(b["records"] for b in bs) == 300
     assert s["devices"]["dev"]["audit"]["warnings"] == [] and s["devices"]["dev"]["audit"]["marks_checked"] == 15
     assert out["malformed"] == {"payload is not JSON": 1}
+    png = tmp_path / "shares.png"
+    assert main(["consume", "--file", str(path), "--bucket", "60", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "occupied" in capsys.readouterr().out
     # a table without --json; --device selects
     assert main(["consume", "--file", str(path), "--device", "other"]) == 0
     assert "occupied" not in capsys.readouterr().out
