@@ -116,3 +116,12 @@ def test_consume_argument_errors(tmp_path, capsys):
     assert "HOST:PORT" in capsys.readouterr().err
     with pytest.raises(CaptureError):
         list(read_capture(bad))
+
+
+def test_memory_is_bounded_per_stream():
+    sim = simulate(STREAM, P, 120, 8)
+    c = Collector(BASE, limit=50)
+    c.feed_all(sim.messages)
+    log = c.streams[("dev", "s")]
+    assert len(log.records) == 50 and log.evicted == 70
+    assert sorted(log.records) == list(range(70, 120))  # the newest are kept

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .._json import json_number
 from ..audit.exact import exact_leakage
 from ..channel import ChannelSequence
 from .messages import Record
@@ -45,7 +46,8 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {"plan_leakage": self.plan_leakage, "marks_checked": self.marks_checked,
+        return {"plan_leakage": json_number(self.plan_leakage),
+                "marks_checked": self.marks_checked,
                 "warnings": self.warnings, "notes": self.notes}
 
 

@@ -13,7 +13,8 @@ several streams may interleave, so a consumer must:
   changes) is what estimates and audits use.
 
 Aggregate windows are de-duplicated by (device, stream, query index, lo). Memory is bounded: a
-stream keeps at most ``limit`` records (the oldest are dropped and counted in ``evicted``).
+stream keeps at most ``limit`` records and ``limit`` windows (the ones received first are dropped
+and counted in ``evicted``; a copy of an evicted record that arrives again counts as new).
 """
 
 from __future__ import annotations
@@ -57,19 +58,13 @@ class StreamLog:
             if old != r:
                 self.conflicts += 1
             return
-        if len(self.records) >= self.limit and r.seq < self._first_kept():
-            self.evicted += 1  # older than everything kept: the window has moved past it
-            return
         if r.seq < self._newest:
             self.reordered += 1
         self._newest = max(self._newest, r.seq)
         self.records[r.seq] = r
-        if len(self.records) > self.limit:
-            del self.records[self._first_kept()]
+        if len(self.records) > self.limit:  # drop the record received first (O(1): dicts keep order)
+            del self.records[next(iter(self.records))]
             self.evicted += 1
-
-    def _first_kept(self) -> int:
-        return min(self.records)
 
     def add_window(self, w: Window) -> None:
         key = (w.index, w.lo)
@@ -77,6 +72,9 @@ class StreamLog:
             self.window_duplicates += 1
             return
         self.windows[key] = w
+        if len(self.windows) > self.limit:
+            del self.windows[next(iter(self.windows))]
+            self.evicted += 1
 
     def ordered(self) -> list[Record]:
         """The records received, by seq."""
