@@ -1,6 +1,7 @@
-"""The consumer against a real Mosquitto (tests/brokers.py) and two real daemon processes of one
-fleet (two devices, one stream name), one of them killed with SIGKILL and restarted mid-stream,
-while the consumer itself disconnects and comes back on its persistent session (issue 14).
+"""The consumer against a fleet (issue 14): two devices, each a real Mosquitto (tests/brokers.py)
+with a real daemon process, bridged to a central Mosquitto where the consumer subscribes. One
+daemon is killed with SIGKILL and restarted mid-stream, while the consumer itself disconnects and
+comes back on its persistent session.
 
 Checks: the consumer ends with exactly the seqs every device published (nothing lost across its
 own absence — QoS 1 on a persistent session — and no gap across the daemon's crash, whose resends
@@ -17,7 +18,7 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker, _run_broker, mosquitto  # noqa: F401
 from daemon_harness import Spy, daemon_toml, publish_all, running, truth_of
 from test_daemon_restart import DaemonProcess
 
@@ -34,23 +35,47 @@ LABELS = ("vacant", "occupied")
 DEVICES = ("hall", "kitchen")
 
 
-async def test_a_fleet_through_a_daemon_crash_and_a_consumer_absence(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
-    cfg = mosquitto.broker_config()
+def _device_broker(workdir: Path, name: str, central: Broker):
+    """A device's Mosquitto bridging its sanitized outputs (never raw or cmd) out to ``central``."""
+    workdir.mkdir()
+    return _run_broker(workdir, [
+        "allow_anonymous true", "persistence false", "max_queued_messages 100000",
+        f"connection {name}-to-central", f"address 127.0.0.1:{central.port}",
+        *(f"topic {BASE}/+/+/{kind} out 1" for kind in ("data", "aggregate", "privacy")),
+        f"topic {BASE}/+/status out 1", "cleansession false", "restart_timeout 1 2",
+        "bridge_protocol_version mqttv311", "try_private false"])
+
+
+async def test_a_bridged_fleet_through_a_daemon_crash_and_a_consumer_absence(mosquitto: Broker,  # noqa: F811
+                                                                            tmp_path: Path) -> None:
+    cfg = mosquitto.broker_config()  # the central broker: the witness and the consumer read here
+    gens = {d: _device_broker(tmp_path / f"broker-{d}", d, mosquitto) for d in DEVICES}
+    brokers: dict[str, Broker] = {}
+    for d, g in gens.items():
+        try:
+            brokers[d] = next(g)
+        except BaseException:
+            for started in list(gens.values())[: len(brokers)]:
+                started.close()
+            raise
     chain = MarkovChain.binary(0.1, 0.2)
     frames = {d: list(SimDevice(d, [SimStream(STREAM, chain, rate=100.0, seed=40 + i, emission=Labels(LABELS),
                                               button=Button(probability=0.05))]).frames(count=400))
               for i, d in enumerate(DEVICES)}
     raw = {d: f"{BASE}/{d}/{STREAM}/raw" for d in DEVICES}
-    conf = {d: daemon_toml(tmp_path / f"{d}.toml", tmp_path / f"{d}.sqlite", mosquitto.port, base=BASE, device=d,
+    conf = {d: daemon_toml(tmp_path / f"{d}.toml", tmp_path / f"{d}.sqlite", brokers[d].port, base=BASE, device=d,
                            stream=STREAM, labels=LABELS) for d in DEVICES}
+    local = {d: brokers[d].broker_config() for d in DEVICES}  # raw frames go to the device's own broker
     status = {d: f"{BASE}/{d}/status" for d in DEVICES}
     data = {d: f"{BASE}/{d}/{STREAM}/data" for d in DEVICES}
     collector = Collector(BASE)
     sel = Selection(BASE)
     spy = Spy(cfg, f"{BASE}/#", name="witness")
-    procs = {d: DaemonProcess(conf[d], tmp_path / f"{d}.log") for d in DEVICES}
+    procs: dict[str, DaemonProcess] = {}
     extra: list[DaemonProcess] = []
     try:
+        for d in DEVICES:
+            procs[d] = DaemonProcess(conf[d], tmp_path / f"{d}.log")
         async with running(spy.run()):
             await asyncio.wait_for(spy.subscribed.wait(), 10)
             for d in DEVICES:
@@ -59,11 +84,11 @@ async def test_a_fleet_through_a_daemon_crash_and_a_consumer_absence(mosquitto: 
             # what arrives until the flow pauses, and goes away (its session stays on the broker)
             first = asyncio.ensure_future(consume(cfg, sel, collector, count=100, client_id="fleet-consumer"))
             await asyncio.sleep(0.5)  # its subscriptions are in place
-            await asyncio.gather(*(publish_all(cfg, [(raw[d], f.payload) for f in frames[d][:100]],
+            await asyncio.gather(*(publish_all(local[d], [(raw[d], f.payload) for f in frames[d][:100]],
                                                identifier=f"producer-{d}") for d in DEVICES))
             await asyncio.wait_for(first, 30)
             assert collector.records() >= 100
-            await asyncio.gather(*(publish_all(cfg, [(raw[d], f.payload) for f in frames[d][100:200]],
+            await asyncio.gather(*(publish_all(local[d], [(raw[d], f.payload) for f in frames[d][100:200]],
                                                identifier=f"producer-{d}") for d in DEVICES))
             # the hall daemon crashes while its records are published, and starts again
             await spy.wait_until(lambda: len(spy.seqs(data["hall"])) >= 150, 30, "hall records")
@@ -71,7 +96,7 @@ async def test_a_fleet_through_a_daemon_crash_and_a_consumer_absence(mosquitto: 
             await spy.wait_until(lambda: spy.states(status["hall"])[-1] == "offline", 10, "the will")
             extra.append(DaemonProcess(conf["hall"], tmp_path / "hall.log"))
             await spy.wait_until(lambda: spy.states(status["hall"])[-1] == "online", 30, "hall back")
-            await asyncio.gather(*(publish_all(cfg, [(raw[d], f.payload) for f in frames[d][200:]],
+            await asyncio.gather(*(publish_all(local[d], [(raw[d], f.payload) for f in frames[d][200:]],
                                                identifier=f"producer-{d}") for d in DEVICES))
             await asyncio.sleep(0.5)  # the last frames reach the daemons before SIGTERM
             assert extra[0].terminate() == 0 and procs["kitchen"].terminate() == 0
@@ -86,6 +111,8 @@ async def test_a_fleet_through_a_daemon_crash_and_a_consumer_absence(mosquitto: 
     finally:
         for p in [*procs.values(), *extra]:
             p.ensure_dead()
+        for g in gens.values():
+            g.close()
 
     for d in DEVICES:
         log = collector.streams[(d, STREAM)]
