@@ -40,7 +40,7 @@ async def consume(
     broker: BrokerConfig, selection: Selection, collector: Collector, *, count: int | None = None,
     duration: float | None = None, client_id: str = "streamguard-consume", capture: CaptureWriter | None = None,
     backoff: Backoff = Backoff(base=0.2, cap=5.0), timeout: float = 10.0, linger: float = 0.5,
-    linger_max: float = 5.0,
+    linger_max: float = 5.0, max_failures: int | None = 6,
 ) -> None:
     """Feed ``collector`` until ``count`` new records arrived or ``duration`` seconds passed (at
     least one of them must be given). A persistent session: run again with the same
@@ -50,7 +50,8 @@ async def consume(
     offers no manual acknowledgement), so after ``count`` is reached the session keeps reading
     until the flow pauses for ``linger`` seconds (at most ``linger_max``). A message that arrives
     after that and before the disconnect is acknowledged but not read: the next run reports it as
-    a gap (``gaps``), never silently."""
+    a gap (``gaps``), never silently. After ``max_failures`` consecutive failures to connect (or
+    lost connections) the last :class:`~streamguard.stream.transport.TransportError` is raised."""
     if count is None and duration is None:
         raise ValueError("give a record count or a duration")
     cfg = broker.model_copy(update={"client_id": client_id})
@@ -87,7 +88,7 @@ async def consume(
         done.set()
 
     deadline = None if duration is None else time.monotonic() + duration
-    task = asyncio.create_task(reconnecting(transport, session, backoff=backoff))
+    task = asyncio.create_task(reconnecting(transport, session, backoff=backoff, max_failures=max_failures))
     waiter = asyncio.create_task(done.wait())
     try:
         with contextlib.suppress(TimeoutError):
