@@ -66,3 +66,27 @@ def test_combination_weights_devices_by_records():
     sd = math.sqrt(0.25**2 * 0.05**2 + 0.75**2 * 0.02**2)
     assert c.frequency_ci[0] == pytest.approx([0.5 - Z95 * sd, 0.5 + Z95 * sd])
     assert c.n == 400
+
+
+def test_aggregate_sums_and_means_recover_the_truth_when_the_noise_is_negligible():
+    """At ε = 80 the discrete Laplace noise is 0 except with probability ≈ 2e^{−40} per value
+    (tests/test_stream_aggregates.py), so the totals must equal the true counts and mean."""
+    from consumer_sim import BASE, simulate
+    from streamguard.consumer.collector import Collector
+    from streamguard.consumer.estimates import aggregate_summary
+
+    stream = {"labels": ["a", "b"], "model": {"alpha": 0.1, "beta": 0.2}, "epsilon": 1.0,
+              "aggregates": [{"query": "histogram", "window": 20, "epsilon": 80.0},
+                             {"query": "count", "state": "b", "window": 30, "epsilon": 80.0},
+                             {"query": "mean", "values": [1.0, 3.0], "step": 0.5, "window": 25, "epsilon": 80.0}]}
+    sim = simulate(stream, np.array([[0.9, 0.1], [0.2, 0.8]]), 110, 5)
+    c = Collector(BASE)
+    c.feed_all(sim.messages)
+    summary = {e["kind"]: e for e in aggregate_summary(list(c.streams[("dev", "s")].windows.values()))}
+    truth = np.bincount([sim.truth[q] for q in sorted(sim.truth)], minlength=2)
+    assert summary["histogram"]["sum"] == truth.tolist() and summary["histogram"]["states"] == 110
+    assert summary["histogram"]["partial"] == 1  # 110 = 5·20 + 10: the last window is cut by the shutdown
+    assert summary["count"]["sum"] == [truth[1]] and summary["count"]["state_label"] == "b"
+    assert summary["mean"]["mean"] == pytest.approx((truth[0] * 1.0 + truth[1] * 3.0) / 110, abs=1e-12)
+    lo, hi = summary["mean"]["mean_ci"]
+    assert lo < summary["mean"]["mean"] < hi

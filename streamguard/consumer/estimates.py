@@ -28,6 +28,7 @@ a 95% interval for it:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -281,3 +282,35 @@ def combine(parts: Sequence[Shares]) -> Shares:
     if all(p.naive is not None for p in parts) and N:
         naive = [sum(p.n * p.naive[x] for p in parts) / N for x in range(k)]  # type: ignore[index]
     return Shares(freq, ci, naive, parts[0].method + f", combined over {len(parts)} devices", {}, sds, N)
+
+
+def aggregate_summary(windows: Sequence[Window]) -> list[dict[str, Any]]:
+    """Per aggregate query of a stream: the total over its windows, unbiased, with the exact sd of
+    the noise (independent across windows and bins) and a 95% interval — the noisy counts summed
+    (histogram: per state; count: the counted state) or, for a mean query, the mean over every
+    state counted, Σ_j m_j·n_j / Σ_j n_j with sd sqrt(Σ_j n_j² Var_j) / Σ_j n_j (n_j the window's
+    ``states``). Partial windows are counted like any other (they are shorter windows)."""
+    by_query: dict[int, list[Window]] = {}
+    for w in windows:
+        by_query.setdefault(w.index, []).append(w)
+    out = []
+    for q, ws in sorted(by_query.items()):
+        ws = [w for w in ws if isinstance(w.body.get("states"), int) and w.body["states"] > 0]
+        if not ws:
+            continue
+        kind = ws[0].body.get("kind")
+        n = int(sum(w.body["states"] for w in ws))
+        entry: dict[str, Any] = {"query": q, "kind": kind, "windows": len(ws),
+                                 "partial": sum(bool(w.body.get("partial")) for w in ws), "states": n}
+        if kind == "mean":
+            est = sum(w.body["values"][0] * w.body["states"] for w in ws) / n
+            sd = math.sqrt(sum(w.body["states"] ** 2 * window_variance(w.body) for w in ws)) / n
+            entry.update(mean=est, mean_ci=[est - Z95 * sd, est + Z95 * sd])
+        else:
+            total = np.sum([np.asarray(w.body["values"], dtype=np.float64) for w in ws], axis=0)
+            sd = math.sqrt(sum(window_variance(w.body) for w in ws))
+            entry.update(sum=total.tolist(), sum_ci=[[float(t - Z95 * sd), float(t + Z95 * sd)] for t in total])
+            if kind == "count":
+                entry["state_label"] = ws[0].body.get("state_label")
+        out.append(entry)
+    return out

@@ -17,7 +17,7 @@ import numpy as np
 
 from .audit import audit_redaction
 from .collector import Collector, StreamLog
-from .estimates import (Shares, aggregate_shares, channel_matrix, channel_shares, combine, redaction_posterior,
+from .estimates import (Shares, aggregate_shares, aggregate_summary, channel_matrix, channel_shares, combine, redaction_posterior,
                         redaction_shares)
 from .model import StatusError, labels_of, published_model
 from .posterior import PosteriorError
@@ -39,7 +39,9 @@ def device_report(log: StreamLog) -> tuple[dict[str, Any], Shares | None, Shares
         labels = labels_of(log.status)
         out["labels"] = labels
         if log.windows:
-            aggregate = aggregate_shares([log.windows[k] for k in sorted(log.windows)], len(labels))
+            windows = [log.windows[k] for k in sorted(log.windows)]
+            aggregate = aggregate_shares(windows, len(labels))
+            out["aggregates"] = aggregate_summary(windows)
         if records and log.mechanism == "redaction":
             assert log.status is not None
             model = published_model(log.status)
