@@ -140,3 +140,26 @@ async def test_a_bridged_fleet_through_a_daemon_crash_and_a_consumer_absence(mos
     realised = np.mean([truth.state_of_seq(q) == 1 for q in sorted(kitchen.records)])
     sd = max((hi - lo) / (2 * Z95), 1e-3)
     assert abs(est - realised) <= 4.5 * sd, (est, realised, sd)
+
+
+async def test_a_session_ended_by_its_duration_leaves_cleanly_and_the_next_gets_the_rest(
+        mosquitto: Broker) -> None:  # noqa: F811
+    """A consumer stopped by ``duration`` disconnects (it does not linger connected, acknowledging
+    messages it will never read): what is published while it is away reaches its next session."""
+    import json
+
+    cfg = mosquitto.broker_config()
+
+    def rec(seq: int) -> bytes:
+        return json.dumps({"device": "d", "stream": "s", "seq": seq, "position": seq, "ts": 1.0, "value": "a",
+                           "redacted": False, "redaction": [0.0, 0.0], "mode": "csprng"}).encode()
+
+    topic = f"{BASE}/d/s/data"
+    collector = Collector(BASE)
+    first = asyncio.ensure_future(consume(cfg, Selection(BASE), collector, duration=1.5, client_id="c-dur"))
+    await asyncio.sleep(0.5)
+    await publish_all(cfg, [(topic, rec(s)) for s in range(3)])
+    await asyncio.wait_for(first, 15)
+    await publish_all(cfg, [(topic, rec(s)) for s in range(3, 8)])
+    await asyncio.wait_for(consume(cfg, Selection(BASE), collector, count=5, client_id="c-dur"), 15)
+    assert sorted(collector.streams[("d", "s")].records) == list(range(8))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from dataclasses import dataclass
 
 from ..config import BrokerConfig, PublishConfig
@@ -48,8 +47,8 @@ async def consume(
 
     The client library acknowledges a QoS 1 message when it arrives, before it is read (aiomqtt
     offers no manual acknowledgement), so after ``count`` is reached the session keeps reading
-    until the flow pauses for ``linger`` seconds (at most ``linger_max``). A message that arrives
-    after that and before the disconnect is acknowledged but not read: the next run reports it as
+    until the flow pauses for ``linger`` seconds (at most ``linger_max``), and so does a session
+    ended by ``duration``. A message that arrives after that and before the disconnect is acknowledged but not read: the next run reports it as
     a gap (``gaps``), never silently. After ``max_failures`` consecutive failures to connect (or
     lost connections) the last :class:`~streamguard.stream.transport.TransportError` is raised."""
     if count is None and duration is None:
@@ -58,7 +57,7 @@ async def consume(
     transport = MqttTransport(cfg, PublishConfig(), device="consumer", status_topic=f"{client_id}/status",
                               will=False, timeout=timeout, persistent_session=True)
     start_records = collector.records()
-    done = asyncio.Event()
+    stop = asyncio.Event()
 
     def take(m: Message) -> bool:
         """Feed one message; True once ``count`` new records arrived."""
@@ -68,39 +67,46 @@ async def consume(
         return (count is not None and any(isinstance(i, Record) for i in items)
                 and collector.records() - start_records >= count)
 
+    async def read(t: MqttTransport) -> None:
+        async for m in t.messages():
+            if take(m):
+                return
+
     async def session(t: MqttTransport) -> None:
         for f in selection.filters():
             await t.subscribe(f, qos=1)
-        stream = t.messages()
-        async for m in stream:
-            if take(m):
-                break
-        else:
-            return
+        reader, stopper = asyncio.ensure_future(read(t)), asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for x in (reader, stopper):
+                x.cancel()
+            await asyncio.gather(reader, stopper, return_exceptions=True)
+        if not reader.cancelled() and (exc := reader.exception()) is not None:
+            raise exc
         # the client library acknowledged what it already received: read it before leaving, until
         # the flow pauses for ``linger`` seconds (bounded by ``linger_max``)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(linger_max):
+                stream = t.messages()
                 while True:
                     async with asyncio.timeout(linger):
                         m = await anext(stream)
                     take(m)
-        done.set()
 
-    deadline = None if duration is None else time.monotonic() + duration
+    remaining = None if duration is None else max(0.0, duration)
     task = asyncio.create_task(reconnecting(transport, session, backoff=backoff, max_failures=max_failures))
-    waiter = asyncio.create_task(done.wait())
     try:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if done.is_set():  # the session ended by itself: let it disconnect cleanly (a cancel
-            # during the DISCONNECT would leave the connection open, still acknowledging messages)
-            async with asyncio.timeout(timeout + 1.0):
-                await asyncio.shield(task)
+            async with asyncio.timeout(remaining):
+                await asyncio.shield(task)  # ends when the count is reached, or fails
+        if not task.done():  # the duration passed: end the session so that it disconnects cleanly (a
+            stop.set()       # cancel during the DISCONNECT would leave the connection open, acknowledging)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(linger_max + timeout + 1.0):
+                    await asyncio.shield(task)
         if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
             raise exc
     finally:
-        for t in (task, waiter):
-            t.cancel()
-        await asyncio.gather(task, waiter, return_exceptions=True)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
