@@ -99,7 +99,9 @@ def test_capture_round_trip_and_consume_file(tmp_path, capsys):
     png = tmp_path / "shares.png"
     assert main(["consume", "--file", str(path), "--bucket", "60", "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "occupied" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "occupied" in text and "dev/s: share per bucket" in text
+    assert sum(line.startswith("2026-09-21 ") for line in text.splitlines()) == len(bs)  # T0 is 2026-09-21
     # a table without --json; --device selects
     assert main(["consume", "--file", str(path), "--device", "other"]) == 0
     assert "occupied" not in capsys.readouterr().out

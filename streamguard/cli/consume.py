@@ -26,7 +26,7 @@ from typing import Any
 from ..config import BrokerConfig
 from ..consumer.capture import CaptureError, CaptureWriter, read_capture
 from ..consumer.collector import Collector
-from ..consumer.report import buckets, plot_buckets, report, table
+from ..consumer.report import bucket_table, buckets, plot_buckets, report, table
 from ..consumer.subscribe import Selection, consume
 from ..stream.transport import TransportError
 from .common import CliError
@@ -92,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
             if writer is not None:
                 writer.close()
     rep = report(collector)
+    series: dict[str, tuple[list[Any], list[dict[str, Any]]]] = {}
     if args.bucket is not None:
-        series = {}
         for (device, stream), log in sorted(collector.streams.items()):
             b = buckets(log, args.bucket)
             rep["streams"][stream]["devices"][device]["buckets"] = b
@@ -101,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
         if args.plot is not None:
             plot_buckets(series, args.plot)
     print(json.dumps(rep) if args.json else table(rep))
+    if args.bucket is not None and not args.json:
+        for name, (labels, bs) in series.items():
+            print("\n" + bucket_table(name, labels, bs))
     return 0
 
 

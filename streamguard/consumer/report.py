@@ -157,6 +157,19 @@ def table(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def bucket_table(name: str, labels: Sequence[Any], bs: list[dict[str, Any]]) -> str:
+    """A plain-text table of one stream's shares per time bucket (UTC)."""
+    import datetime
+
+    lines = [f"{name}: share per bucket", f"{'bucket start (UTC)':<20} {'records':>7}  "
+             + " ".join(f"{str(lab):>10}" for lab in labels)]
+    for b in bs:
+        start = datetime.datetime.fromtimestamp(b["start"], datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        freq = b.get("frequency") or [None] * len(labels)
+        lines.append(f"{start:<20} {b['records']:>7}  " + " ".join(f"{_num(f):>10}" for f in freq))
+    return "\n".join(lines)
+
+
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
