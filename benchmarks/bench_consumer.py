@@ -14,7 +14,8 @@ it, its throughput, and the cost of the posterior per record.
     (``Collector.feed``), one record per message and in batches of 20.
 (c) **Posterior cost**: the corrected shares of a redaction stream (``redaction_shares``:
     forward–backward over the runs of unreleased positions plus the exact count moments), per
-    record and per unreleased record; and the whole report (``report``: estimates and the exact
+    record and per unreleased record; the transition intervals (400 posterior paths); and the
+    whole report (``report``: estimates and the exact
     re-audit of the plan and of the last 50 marks).
 
 Targets: (b) ≥ 20,000 records/s one per message — a consumer keeps up with far more than a
@@ -66,7 +67,7 @@ def coverage(kind: str, runs: int) -> dict[str, Any]:
 def throughput(n: int) -> tuple[list[list[Any]], dict[str, Any]]:
     from consumer_sim import BASE, SCENARIOS, simulate
     from streamguard.consumer.collector import Collector
-    from streamguard.consumer.estimates import redaction_shares
+    from streamguard.consumer.estimates import redaction_shares, transition_intervals
     from streamguard.consumer.model import published_model
     from streamguard.consumer.report import report
     from streamguard.stream.transport import Message
@@ -104,6 +105,11 @@ def throughput(n: int) -> tuple[list[list[Any]], dict[str, Any]]:
                redacted=hidden)
     rows.append(["posterior (redaction_shares), per record", f"{per:.1f} µs", verdict(per <= POSTERIOR_TARGET_US)])
     rows.append(["posterior, per unreleased record", f"{dt / hidden * 1e6:.1f} µs ({hidden:,} of {len(records):,})", ""])
+    t0 = time.perf_counter()
+    transition_intervals(records, sim.labels, model)
+    dt = time.perf_counter() - t0
+    out["transition_intervals_us_per_record"] = dt / len(records) * 1e6
+    rows.append(["transition intervals (400 posterior paths), per record", f"{dt / len(records) * 1e6:.1f} µs", ""])
     t0 = time.perf_counter()
     report(c)
     dt = time.perf_counter() - t0

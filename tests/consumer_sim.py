@@ -124,7 +124,8 @@ def trials(kind: str, n: int, runs: int, seed: int) -> list[Trial]:
     cut into consecutive blocks of n records, each estimated on its own as a consumer that saw
     only that block would (a block starts and ends mid-stream, which the estimators allow for)."""
     from streamguard.consumer.collector import Collector
-    from streamguard.consumer.estimates import aggregate_shares, channel_matrix, channel_shares, redaction_shares
+    from streamguard.consumer.estimates import (aggregate_shares, channel_matrix, channel_shares, redaction_shares,
+                                                transition_intervals)
     from streamguard.consumer.model import published_model
 
     stream, P, mark_every = SCENARIOS[kind]
@@ -152,6 +153,6 @@ def trials(kind: str, n: int, runs: int, seed: int) -> list[Trial]:
         if kind == "redaction":  # no rejected frames here: consecutive records are consecutive steps
             x = np.array(states)
             t.stay = float(((x[:-1] == 1) & (x[1:] == 1)).sum() / max(1, (x[:-1] == 1).sum()))
-            t.stay_ci = s.extra["transitions_ci"][1][1]
+            t.stay_ci = transition_intervals(block, sim.labels, published_model(log.status))[1][1]
         out.append(t)
     return out

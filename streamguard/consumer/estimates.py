@@ -174,8 +174,7 @@ def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: Pu
         rate = trans / trans.sum(axis=1, keepdims=True)
     return Shares(est.tolist(), _interval(est, sd, released / N, (released + hidden) / N),
                   None if naive is None else naive.tolist(), "posterior (forward-backward, published model and rows)",
-                  {"transitions": [[None if not np.isfinite(v) else float(v) for v in row] for row in rate],
-                   "transitions_ci": transition_intervals(records, labels, model, restarts)},
+                  {"transitions": [[None if not np.isfinite(v) else float(v) for v in row] for row in rate]},
                   sd.tolist(), N)
 
 

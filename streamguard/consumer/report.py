@@ -18,7 +18,7 @@ import numpy as np
 from .audit import audit_redaction
 from .collector import Collector, StreamLog
 from .estimates import (Shares, aggregate_shares, aggregate_summary, channel_matrix, channel_shares, combine, redaction_posterior,
-                        redaction_shares)
+                        redaction_shares, transition_intervals)
 from .model import StatusError, labels_of, published_model
 from .posterior import PosteriorError
 
@@ -46,6 +46,7 @@ def device_report(log: StreamLog) -> tuple[dict[str, Any], Shares | None, Shares
             assert log.status is not None
             model = published_model(log.status)
             shares = redaction_shares(records, labels, model, log.restarts)
+            shares.extra["transitions_ci"] = transition_intervals(records, labels, model, log.restarts)
             out["audit"] = audit_redaction(log.status, model, records).as_json()
             out["warnings"] += out["audit"]["warnings"]
         elif records and log.mechanism == "channel":
