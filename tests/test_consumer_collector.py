@@ -131,3 +131,12 @@ def test_memory_is_bounded_per_stream():
     log = c.streams[("dev", "s")]
     assert len(log.records) == 50 and log.evicted == 70
     assert sorted(log.records) == list(range(70, 120))  # the newest are kept
+
+
+def test_an_old_status_delivered_late_does_not_replace_the_newer_one():
+    c = Collector(BASE)
+    topic = f"{BASE}/dev/s/privacy"
+    c.feed_all([Message(topic, json.dumps({"stream": "s", "next_seq": 10, "restart_position": 7}).encode()),
+                Message(topic, json.dumps({"stream": "s", "next_seq": 4, "restart_position": None}).encode())])
+    log = c.streams[("dev", "s")]
+    assert log.status is not None and log.status["next_seq"] == 10 and log.statuses == 2 and log.restarts == {7}

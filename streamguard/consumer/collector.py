@@ -10,7 +10,8 @@ several streams may interleave, so a consumer must:
 - **detect gaps**: seqs missing between the first and the newest received (a consumer that joined
   late does not count the records before its first as missing);
 - **follow the status**: the newest privacy status of the stream (retained, re-published as it
-  changes) is what estimates and audits use.
+  changes) is what estimates and audits use; a status with a smaller ``next_seq`` than the one
+  held (an old copy delivered late) does not replace it.
 
 Aggregate windows are de-duplicated by (device, stream, query index, lo). Memory is bounded: a
 stream keeps at most ``limit`` records and ``limit`` windows (the ones received first are dropped
@@ -99,6 +100,15 @@ class StreamLog:
         return None
 
 
+def _older(new: dict[str, Any], current: dict[str, Any] | None) -> bool:
+    """Is status ``new`` older than ``current``? Their ``next_seq`` only grows (across restarts too),
+    so a smaller one is an old status delivered late (a queued copy after the retained one)."""
+    if current is None:
+        return False
+    a, b = new.get("next_seq"), current.get("next_seq")
+    return isinstance(a, int) and isinstance(b, int) and a < b
+
+
 @dataclass
 class Collector:
     """Streams by (device, stream), device statuses, and counters of what could not be used."""
@@ -135,7 +145,9 @@ class Collector:
             self.log(it.device, it.stream).add_window(it)
         elif isinstance(it, Status):
             s = self.log(it.device, it.stream)
-            s.status, s.statuses = it.body, s.statuses + 1
+            s.statuses += 1
+            if not _older(it.body, s.status):
+                s.status = it.body
             if isinstance(it.body.get("restart_position"), int):
                 s.restarts.add(it.body["restart_position"])
         elif isinstance(it, DeviceStatus):

@@ -38,7 +38,7 @@ class Selection:
 async def consume(
     broker: BrokerConfig, selection: Selection, collector: Collector, *, count: int | None = None,
     duration: float | None = None, client_id: str = "streamguard-consume", capture: CaptureWriter | None = None,
-    backoff: Backoff = Backoff(base=0.2, cap=5.0), timeout: float = 10.0, linger: float = 0.5,
+    backoff: Backoff = Backoff(base=0.2, cap=5.0), timeout: float = 10.0, linger: float = 1.0,
     linger_max: float = 5.0, max_failures: int | None = 6,
 ) -> None:
     """Feed ``collector`` until ``count`` new records arrived or ``duration`` seconds passed (at
