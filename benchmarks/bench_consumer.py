@@ -18,7 +18,8 @@ it, its throughput, and the cost of the posterior per record.
     whole report (``report``: estimates and the exact
     re-audit of the plan and of the last 50 marks).
 
-Targets: (b) ≥ 20,000 records/s one per message — a consumer keeps up with far more than a
+Targets, on the process's CPU time (the machine is shared; wall time is shown beside it): (b)
+≥ 20,000 records/s one per message — a consumer keeps up with far more than a
 broker relays to it (notes/performance-baselines.md: 250–400 µs of CPU per relayed message);
 (c) ≤ 50 µs per record. Outputs in ``--out``: ``bench_consumer.md`` and ``.json``.
 """
@@ -83,12 +84,10 @@ def throughput(n: int) -> tuple[list[list[Any]], dict[str, Any]]:
     rows = []
     for label, msgs in (("one record per message", data), ("batches of 20", batches)):
         c = Collector(BASE)
-        t0 = time.perf_counter()
-        c.feed_all(msgs)
-        dt = time.perf_counter() - t0
-        out[label] = len(data) / dt
-        rows.append([f"collector, {label}", f"{len(data) / dt:,.0f} records/s",
-                     verdict(len(data) / dt >= THROUGHPUT_TARGET) if label.startswith("one") else ""])
+        (wall, cpu), _ = _timed(lambda: c.feed_all(msgs))
+        out[label] = {"wall_records_per_s": len(data) / wall, "cpu_records_per_s": len(data) / cpu}
+        rows.append([f"collector, {label}", f"{len(data) / cpu:,.0f} records/s of CPU ({len(data) / wall:,.0f} wall)",
+                     verdict(len(data) / cpu >= THROUGHPUT_TARGET) if label.startswith("one") else ""])
     c = Collector(BASE)
     c.feed_all(data + other)
     log = c.streams[("dev", "s")]
@@ -97,36 +96,41 @@ def throughput(n: int) -> tuple[list[list[Any]], dict[str, Any]]:
     hidden = sum(r.redacted for r in records)
     model = published_model(log.status)
     redaction_shares(records, sim.labels, model)  # warm
-    t0 = time.perf_counter()
-    redaction_shares(records, sim.labels, model)
-    dt = time.perf_counter() - t0
-    per = dt / len(records) * 1e6
-    out.update(posterior_s=dt, posterior_us_per_record=per, posterior_us_per_redacted=dt / hidden * 1e6,
-               redacted=hidden)
-    rows.append(["posterior (redaction_shares), per record", f"{per:.1f} µs", verdict(per <= POSTERIOR_TARGET_US)])
-    rows.append(["posterior, per unreleased record", f"{dt / hidden * 1e6:.1f} µs ({hidden:,} of {len(records):,})", ""])
-    t0 = time.perf_counter()
-    transition_intervals(records, sim.labels, model)
-    dt = time.perf_counter() - t0
-    out["transition_intervals_us_per_record"] = dt / len(records) * 1e6
-    rows.append(["transition intervals (400 posterior paths), per record", f"{dt / len(records) * 1e6:.1f} µs", ""])
-    t0 = time.perf_counter()
-    report(c)
-    dt = time.perf_counter() - t0
-    out["report_s"] = dt
-    rows.append(["whole report (estimates + exact re-audit of plan and 50 marks)", f"{dt:.2f} s", ""])
+    (wall, cpu), _ = _timed(lambda: redaction_shares(records, sim.labels, model))
+    per, per_wall = cpu / len(records) * 1e6, wall / len(records) * 1e6
+    out.update(posterior_cpu_s=cpu, posterior_wall_s=wall, posterior_cpu_us_per_record=per,
+               posterior_cpu_us_per_redacted=cpu / hidden * 1e6, redacted=hidden)
+    rows.append(["posterior (redaction_shares), per record", f"{per:.1f} µs of CPU ({per_wall:.1f} wall)",
+                 verdict(per <= POSTERIOR_TARGET_US)])
+    rows.append(["posterior, per unreleased record", f"{cpu / hidden * 1e6:.1f} µs of CPU ({hidden:,} of {len(records):,})", ""])
+    (wall, cpu), _ = _timed(lambda: transition_intervals(records, sim.labels, model))
+    out["transition_intervals_cpu_us_per_record"] = cpu / len(records) * 1e6
+    rows.append(["transition intervals (400 posterior paths), per record", f"{cpu / len(records) * 1e6:.1f} µs of CPU", ""])
+    (wall, cpu), _ = _timed(lambda: report(c))
+    out["report_cpu_s"] = cpu
+    rows.append(["whole report (estimates, transition intervals, exact re-audit of plan and 50 marks)",
+                 f"{cpu:.2f} s of CPU ({wall:.2f} wall)", ""])
     return rows, out
+
+
+def _timed(fn: Any) -> tuple[tuple[float, float], Any]:
+    """((wall seconds, CPU seconds of this process), result): the machine is shared, so the
+    targets are checked on CPU time, which other processes do not inflate."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    result = fn()
+    return (time.perf_counter() - w0, time.process_time() - c0), result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--skip-coverage", action="store_true", help="only (b) and (c)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(TESTS))
     out = output_dir(args.out)
-    stem = result_stem("bench_consumer", args.quick)
+    stem = result_stem("bench_consumer", args.quick) + ("_perf" if args.skip_coverage else "")
     runs = QUICK_RUNS if args.quick else RUNS
     cov = []
-    for kind in ("redaction", "channel", "aggregate"):
+    for kind in () if args.skip_coverage else ("redaction", "channel", "aggregate"):
         progress(f"coverage: {kind}, {runs} blocks of {BLOCK}")
         cov.append(coverage(kind, runs))
     cov_rows = [[c["kind"], c["runs"], f"{c['coverage']:.3f} ± {c['coverage_se']:.3f}",
@@ -142,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "95% ± 2 SE"], cov_rows),
         "## (b, c) Throughput and posterior cost",
         markdown_table(["measure", "value", "target"], rows),
-        f"Targets: collector ≥ {THROUGHPUT_TARGET:,.0f} records/s (one per message); posterior ≤ "
-        f"{POSTERIOR_TARGET_US:g} µs per record. Single runs on a shared machine.",
+        f"Targets, on CPU time: collector ≥ {THROUGHPUT_TARGET:,.0f} records/s (one per message); posterior ≤ "
+        f"{POSTERIOR_TARGET_US:g} µs per record. Single runs on a shared machine (wall time in brackets).",
     ]
     text = "\n\n".join(parts) + "\n"
     print(text)
