@@ -36,7 +36,7 @@ from streamguard.stream.daemon import Daemon
 from streamguard.stream.transport import Backoff, Message, MqttTransport, reconnecting
 
 FAST = Backoff(base=0.02, cap=0.2)
-RECORD_KEYS = {"device", "stream", "seq", "ts", "value", "redacted", "redaction", "mode"}
+RECORD_KEYS = {"device", "stream", "seq", "position", "ts", "value", "redacted", "redaction", "mode"}
 AGGREGATE_KEYS = {"device", "stream", "index", "kind", "lo", "hi", "values", "sigma", "beta", "lipschitz", "epsilon",
                   "model", "witness", "influence", "mode"}
 PRIVACY_KEYS = {"stream", "epsilon", "horizons", "plan_leakage", "open_marks", "recent_marks", "restarted",

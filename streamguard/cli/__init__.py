@@ -17,7 +17,7 @@ from .. import __version__
 from ..chain import ModelError
 from ..channel import ChannelError
 from ..config import ConfigError
-from . import calibrate, config_check, daemon, ledger, mechanism, mqm, plan
+from . import calibrate, config_check, consume, daemon, ledger, mechanism, mqm, plan
 from .common import EXIT_CONFIG, EXIT_IN_USE, CliError
 
 __all__ = ["EXIT_CONFIG", "EXIT_IN_USE", "CliError", "build_parser", "main"]
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.register(sub)
     mechanism.register(sub)
     calibrate.register(sub)
+    consume.register(sub)
     return parser
 
 

@@ -19,6 +19,7 @@ release is admitted by the ledger's budget filter before it can be published (da
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +56,27 @@ class _Query:
     lo: int = 0
     hi: int = 0
     states: list[int] = field(default_factory=list)
+    ts_lo: float | None = None  # timestamps of the window's first and newest step
+    ts_hi: float | None = None
+
+
+#: Window descriptions kept for payloads not yet built (a release the budget filter refuses is
+#: never published, so its description is dropped oldest first).
+_WINDOW_INFO_KEEP = 1024
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """What the published window adds to the release (issue 14): the timestamps of its first
+    and last step, and whether it is partial — it does not cover its full tumbling window
+    [j·W, (j+1)·W − 1] (the first window after a restart, the last one at shutdown)."""
+
+    ts_start: float | None
+    ts_end: float | None
+    partial: bool
+    #: The number of states the window counted (its positions less rejected frames, missing
+    #: readings and records withheld as private; all of them are already public in the status).
+    states: int
 
 
 class StreamAggregates:
@@ -65,6 +87,7 @@ class StreamAggregates:
         self.states = cfg.state_map()
         self.source = source
         self.queries: list[_Query] = []
+        self._info: OrderedDict[tuple[int, int], WindowInfo] = OrderedDict()
         for i, a in enumerate(cfg.aggregates):
             model = QuiltModel([chain], a.influence)
             if a.values is not None and a.step is not None:  # fail at start-up, not at the first window
@@ -75,17 +98,20 @@ class StreamAggregates:
     def budget(self) -> float | None:
         return self.cfg.total_aggregate_budget()
 
-    def observe(self, position: int, state: int | None) -> list[tuple[int, AggregateRelease]]:
-        """Feed one position (``state`` None for a rejected frame); returns (query index, release)
-        for every window this position closed."""
+    def observe(self, position: int, state: int | None, ts: float | None = None) -> list[tuple[int, AggregateRelease]]:
+        """Feed one position (``state`` None for a rejected frame; ``ts`` its step's timestamp);
+        returns (query index, release) for every window this position closed."""
         out: list[tuple[int, AggregateRelease]] = []
         for q in self.queries:
             w = position // q.cfg.window
             if q.window is not None and w != q.window:
                 out.extend(self._close(q))
             if q.window is None:
-                q.window, q.lo, q.states = w, position, []
+                q.window, q.lo, q.states, q.ts_lo = w, position, [], ts
             q.hi = position
+            if ts is not None:
+                q.ts_hi = ts
+                q.ts_lo = ts if q.ts_lo is None else q.ts_lo
             if state is not None:
                 q.states.append(state)
         return out
@@ -95,8 +121,10 @@ class StreamAggregates:
         return [r for q in self.queries for r in self._close(q)]
 
     def _close(self, q: _Query) -> list[tuple[int, AggregateRelease]]:
-        states, lo, hi = np.array(q.states, dtype=np.int64), q.lo, q.hi
-        q.window, q.states = None, []
+        states, lo, hi, w = np.array(q.states, dtype=np.int64), q.lo, q.hi, q.window
+        info = WindowInfo(q.ts_lo, q.ts_hi, w is None or lo != w * q.cfg.window or hi != (w + 1) * q.cfg.window - 1,
+                          int(states.size))
+        q.window, q.states, q.ts_lo, q.ts_hi = None, [], None, None
         if states.size == 0:  # every frame of the window was rejected: nothing to release
             return []
         a = q.cfg
@@ -108,8 +136,15 @@ class StreamAggregates:
         else:
             assert a.values is not None and a.step is not None
             rel = mean(states, lo, a.values, min(a.values), max(a.values), a.step, q.model, q.scale, self.source)
+        self._info[(q.index, lo)] = info
+        while len(self._info) > _WINDOW_INFO_KEEP:
+            self._info.popitem(last=False)
         # the window spans its rejected positions too: charge them (conservative)
         return [(q.index, dataclasses.replace(rel, hi=hi))]
+
+    def window_info(self, q: int, lo: int) -> WindowInfo | None:
+        """The timestamps and partial flag of query ``q``'s window starting at ``lo`` (taken once)."""
+        return self._info.pop((q, lo), None)
 
     def status(self) -> list[dict[str, object]]:
         """What each query releases and at which scale (for the privacy status)."""

@@ -64,6 +64,8 @@ class ChannelRelease:
     seq: int
     ts: float
     output: int | None
+    #: The physical step (chain position) of the record.
+    phys: int = -1
 
     @property
     def redacted(self) -> bool:
@@ -149,27 +151,27 @@ class ChannelRuntime(StreamRuntime):
         if not step.new:  # a redelivered reading: drawn once, never twice
             return [], rec if isinstance(rec, Rejection) else None
         for missing in step.missing:  # readings that never arrived still occupy their steps
-            self._observe(self.next_phys, None)
+            self._observe(self.next_phys, None, missing)
             self.steps.taken(missing, self.next_phys)
             self.next_phys += 1
         phys = self.next_phys
         self.next_phys += 1
         self.steps.taken(rec.ts, phys)
         if isinstance(rec, Rejection):
-            self._observe(phys, None)
+            self._observe(phys, None, now if rec.ts is None else rec.ts)
             return [], rec
         seq = self.next_seq
         self.next_seq += 1
         if rec.private or self._scheduled(rec.ts):
-            self._observe(phys, None)  # withheld from the aggregates too (its position is still charged)
+            self._observe(phys, None, rec.ts)  # withheld from the aggregates too (its position is still charged)
             self.counters.redacted += 1
-            return [ChannelRelease(seq, rec.ts, None)], None
-        self._observe(phys, rec.state)
+            return [ChannelRelease(seq, rec.ts, None, phys)], None
+        self._observe(phys, rec.state, rec.ts)
         self._reserve(phys)
         s = None if rec.sensitive is None else np.array([rec.sensitive], dtype=np.int64)
         out = int(self.sampler.sample(np.array([rec.state], dtype=np.int64), s, self.source)[0])
         self.counters.released += 1
-        return [ChannelRelease(seq, rec.ts, out)], None
+        return [ChannelRelease(seq, rec.ts, out, phys)], None
 
     def _reserve(self, phys: int) -> None:
         """Write-ahead for the ledger: before position ``phys`` is released, a ledger event must
@@ -210,6 +212,7 @@ class ChannelRuntime(StreamRuntime):
             "device": self.settings.device,
             "stream": self.name,
             "seq": r.seq,
+            "position": r.phys,
             "ts": r.ts,
             "value": None if r.output is None else self._label(r.output),
             "output": r.output,
@@ -234,6 +237,11 @@ class ChannelRuntime(StreamRuntime):
             "stream_leakage": self.stream_leakage,
             "model": {"matrix": self.chain.matrix.tolist(), "stationary": self.chain.stationary},
             "joint": self.joint.p.tolist(),  # the P(S, X) the per-record claims hold under
+            "labels": [self.states.label_of(i) for i in range(self.states.k)],
+            # the channel itself (issue 14): Pr(output j | input row), rows by x or by s·|X| + x
+            "channel": {"kind": self.channel.kind, "inputs": self.channel.inputs, "n_s": self.channel.n_s,
+                        "matrix": self.channel.matrix.tolist(),
+                        "outputs": [self._label(j) for j in range(self.channel.n_y)]},
             "deterministic": self.deterministic,
             "next_seq": self.next_seq,
             "counters": self.counters.as_dict(),

@@ -87,13 +87,13 @@ class RedactionRuntime(StreamRuntime):
         for missing in step.missing:  # readings that never arrived still occupy their steps
             releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True))
             self.steps.taken(missing, self.core.next_phys - 1)
-            self._observe(self.core.next_phys - 1, None)
+            self._observe(self.core.next_phys - 1, None, missing)
         if isinstance(rec, Rejection):
             clock = now if self.wall_clock else None  # (its time: its own ts, else the daemon's clock)
             private = rec.private or self._scheduled(clock if rec.ts is None else rec.ts, guard=True)
             releases += self.core.skip(now=now, ts=rec.ts, private=private)
             self.steps.taken(rec.ts, self.core.next_phys - 1)
-            self._observe(self.core.next_phys - 1, None)
+            self._observe(self.core.next_phys - 1, None, now if rec.ts is None else rec.ts)
             return self._count(releases), rec
         scheduled = self._scheduled(rec.ts, guard=False)
         source = "flag" if rec.private else "schedule"
@@ -102,7 +102,7 @@ class RedactionRuntime(StreamRuntime):
         self.steps.taken(rec.ts, self.core.next_phys - 1)
         # a record flagged private on arrival stays out of the aggregate windows (its position is
         # still charged); a mark that comes later cannot take back a reading already counted
-        self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state)
+        self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state, rec.ts)
         return self._count(releases + accepted), None
 
     def on_command(self, data: bytes) -> Rejection | None:
@@ -224,6 +224,7 @@ class RedactionRuntime(StreamRuntime):
             "device": self.settings.device,
             "stream": self.name,
             "seq": r.seq,
+            "position": r.phys,
             "ts": None if math.isnan(r.ts) else r.ts,  # (NaN: a batch frame without ts)
             "value": None if r.state is None else self.states.label_of(r.state),
             "redacted": r.state is None,
@@ -233,6 +234,16 @@ class RedactionRuntime(StreamRuntime):
 
     def payload(self, r: Release) -> bytes:
         return json.dumps(self.record(r), separators=(",", ":")).encode()
+
+    def _model_description(self) -> dict[str, Any]:
+        """The point model as a consumer needs it to re-audit and to correct its estimates
+        (``kind`` "point"; a model set would be another kind): the transition matrix and the
+        initial law the config states (None: any law)."""
+        initial = self.cfg.model.initial
+        # under a model set: its point estimate (a member; the set itself is in ``model_set``)
+        point = self.model_set.point if self.model_set is not None else None
+        matrix = (point if point is not None else self.plan.chain).matrix
+        return {"kind": "point", "matrix": matrix.tolist(), "initial": None if initial is None else list(initial)}
 
     def privacy_status(self) -> dict[str, Any]:
         """The retained privacy status: model, budget, plan, marks and counters."""
@@ -245,9 +256,14 @@ class RedactionRuntime(StreamRuntime):
         return {
             "stream": self.name,
             "guarantee": "ε-LDP about each private position under the stated Markov model",
-            "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary},
+            "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary,
+                      **self._model_description()},
             **robust,
             **drift,
+            "labels": [self.states.label_of(i) for i in range(self.states.k)],
+            # the table by signed distance (issue 14): rows Pr(⊥ | state) at t = p − d and p + d
+            "plan": {"left": self.plan.left.red[: self.plan.left_horizon].tolist(),
+                     "right": self.plan.right.red[: self.plan.right_horizon].tolist()},
             "mechanism": "3R redaction (paper 000, corrected)",
             "epsilon": self.plan.epsilon,
             "design": self.plan.design,
@@ -262,5 +278,7 @@ class RedactionRuntime(StreamRuntime):
             "open_marks": core["open_marks"],
             "recent_marks": core["finished_marks"][-50:],
             "restarted": core["restarted"],
+            # the first position after the last restart: an unknown number of readings lies before it
+            "restart_position": self.core.boundary,
             "counters": self.counters.as_dict(),
         }

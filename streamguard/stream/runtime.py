@@ -107,10 +107,10 @@ class StreamRuntime(abc.ABC):
     def aggregate_topic(self) -> str:
         return self.settings.topic(self.name, "aggregate")
 
-    def _observe(self, position: int, state: int | None) -> None:
-        """Feed the aggregate windows one chain position (None: a rejected frame)."""
+    def _observe(self, position: int, state: int | None, ts: float | None = None) -> None:
+        """Feed the aggregate windows one chain position (None: a rejected frame) at time ``ts``."""
         if self.aggregates is not None:
-            self._aggregate_releases.extend(self.aggregates.observe(position, state))
+            self._aggregate_releases.extend(self.aggregates.observe(position, state, ts))
 
     def _flush_aggregates(self) -> None:
         if self.aggregates is not None:
@@ -132,6 +132,16 @@ class StreamRuntime(abc.ABC):
         doc = {"device": self.settings.device, "stream": self.name, "index": q, **rel.to_json()}
         doc["influence"] = doc.pop("mode")  # the max-influence mode; "mode" is the randomness, as on records
         doc["mode"] = self._mode()
+        # issue 14: the noise scale L·σ is "laplace_scale" ("beta" collides with the chain's β; the
+        # old key stays for one release), windows carry times and the counted state's label
+        doc["laplace_scale"] = doc["beta"]
+        info = self.aggregates.window_info(q, rel.lo) if self.aggregates is not None else None
+        doc["ts_start"], doc["ts_end"] = (info.ts_start, info.ts_end) if info is not None else (None, None)
+        doc["partial"] = info.partial if info is not None else None
+        doc["states"] = info.states if info is not None else None
+        if "state" in rel.query:
+            doc["state_label"] = self.states.label_of(int(rel.query["state"]))
+        doc["labels"] = [self.states.label_of(i) for i in range(self.states.k)]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @property
