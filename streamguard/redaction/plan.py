@@ -33,7 +33,7 @@ from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..sampling import BitSource, apply_redaction, thresholds
 from .regions import L, NAMES, S
-from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side
+from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side, plan_side
 
 SPLITS = ("even", "optimize")
 _SPLIT_GRID = 16
@@ -294,6 +294,11 @@ class StreamPlan:
         """
         window = np.vstack([np.zeros((1, 2)), self.table(), np.zeros((1, 2))])
         return exact_leakage(self.chain, ChannelSequence.from_redaction(window), self.left_horizon + 1)
+
+    def right_rows(self, budget: float) -> NDArray[np.float64]:
+        """Right rows re-planned for a smaller ``budget`` (late marks), same design."""
+        right = plan_side(SideModel(self.chain, 0, "right", None), budget, self.design)
+        return right.red[: right.horizon]
 
     def apply(self, n: int, private: Sequence[int]) -> RedactionPlan:
         """The plan for records 0..n−1 with the table placed at each private index (element-wise
