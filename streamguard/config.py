@@ -263,8 +263,9 @@ class StreamConfig(_Strict):
         if self.model.initial is not None and len(self.model.initial) != chain.k:
             raise ValueError(f"model.initial: one probability per state ({chain.k})")
         if self.mechanism == "redaction":
-            if chain.k != 2:
-                raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
+            if chain.k > 2 and not (chain.is_irreducible and chain.period == 1):
+                raise ValueError("3R redaction of a k-state stream needs an irreducible aperiodic chain "
+                                 "(no window would ever end)")
             if self.epsilon is None:
                 raise ValueError("epsilon: a redaction stream needs its budget per private position")
             if self.channel is not None:

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..audit.kstate import PairLeakage, combine, redaction_leakage
 from ..chain import MarkovChain
 from .kside import KSideModel, KSidePlan, design_kside, expected_redacted, window_side
-from .plan import check_epsilon
+from .plan import StreamPlan, check_epsilon, plan_stream
 
 KSPLITS = ("even", "optimize")
 DESIGNS = ("exact", "window")
@@ -197,3 +197,12 @@ def plan_kredaction(chain: MarkovChain, n: int, private: Sequence[int], epsilon:
         splits[p] = (lp.budget, rp.budget)
     leaks = {p: redaction_leakage(chain.matrix, chain.initial, red, p) for p in ps}
     return KRedactionPlan(chain, eps, design, ps, red, leaks, splits)
+
+
+def stream_plan_for(chain: MarkovChain, epsilon: float, *, design: str, split: str | float) -> StreamPlan | KStreamPlan:
+    """The daemon's table by signed distance: the binary 3R plan (plan.py, ``design`` as configured)
+    for two states, the k-state exact design (``design`` names binary q designs; it does not apply)
+    for more."""
+    if chain.is_binary:
+        return plan_stream(chain, epsilon, design=design, split=split)
+    return plan_kstream(chain, epsilon, design="exact", split=split)

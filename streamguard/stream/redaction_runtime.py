@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings, StreamConfig
-from ..redaction.plan import StreamPlan, plan_stream
+from ..redaction.kplan import KStreamPlan, stream_plan_for
+from ..redaction.plan import StreamPlan
 from ..sampling import BitSource
 from ..ledger.events import RedactionEvent
 from .privatizer import Mark, Release, StreamPrivatizer
@@ -31,7 +32,8 @@ class RedactionRuntime(StreamRuntime):
                  aggregate_source: BitSource | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
-        self.plan: StreamPlan = plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
+        self.plan: StreamPlan | KStreamPlan = stream_plan_for(self.chain, cfg.epsilon, design=cfg.design,
+                                                             split=cfg.split)
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                      first_seq=resume.first_seq, first_phys=resume.first_phys,
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
@@ -126,8 +128,8 @@ class RedactionRuntime(StreamRuntime):
                 self.counters.released += 1
         return releases
 
-    def take_decisions(self) -> list[tuple[int, float, float]]:
-        """The redaction rows used since the last call, (physical index, r0, r1), for the outbox."""
+    def take_decisions(self) -> list[tuple[float, ...]]:
+        """The redaction rows used since the last call, (physical index, r0, …, r(k−1)), for the outbox."""
         rows = list(self.core.last_decisions)
         self.core.last_decisions.clear()
         return rows
@@ -203,8 +205,10 @@ class RedactionRuntime(StreamRuntime):
         return {
             "stream": self.name,
             "guarantee": "ε-LDP about each private position under the stated Markov model",
-            "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary},
-            "mechanism": "3R redaction (paper 000, corrected)",
+            "model": ({"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary} if chain.is_binary
+                      else {"matrix": chain.matrix.tolist(), "stationary": chain.stationary}),
+            "mechanism": "3R redaction (paper 000, corrected)" if chain.is_binary
+            else "3R redaction for k states (docs/k-state-redaction.md)",
             "epsilon": self.plan.epsilon,
             "design": self.plan.design,
             "split": [self.plan.left.budget, self.plan.right.budget],
