@@ -274,6 +274,10 @@ class StreamConfig(_Strict):
                 raise ValueError("split: the left budget must lie in [0, epsilon]")
         elif self.channel is None:
             raise ValueError('channel: mechanism = "channel" needs a [streams.channel] table')
+        elif self.schedule:
+            raise ValueError('schedule: private positions need mechanism = "redaction" (a channel stream can only '
+                             'withhold the scheduled records, which does not protect them from their correlated '
+                             'neighbours)')
         for a in self.aggregates:
             if a.query == "count" and a.state not in (self.labels or []):
                 raise ValueError("aggregates: state must be one of the stream's labels")

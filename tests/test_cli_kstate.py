@@ -63,3 +63,72 @@ def test_audit_matrix_emissions_by_enumeration_and_errors(capsys, tmp_path) -> N
     assert rc != 0 and "--matrix" in err and "\n" not in err.strip()
     rc, _, err = run(capsys, "plan", "--matrix", M, "--alpha", "0.1", "--beta", "0.2", "--epsilon", "1", "--stream")
     assert rc != 0 and "either --matrix" in err
+
+
+K4 = "[[0.8, 0.15, 0.05, 0.0], [0.05, 0.8, 0.1, 0.05], [0.0, 0.1, 0.8, 0.1], [0.1, 0.0, 0.15, 0.75]]"
+
+
+def _config(tmp_path, streams: str) -> str:
+    path = tmp_path / "c.toml"
+    path.write_text(f'device = "dev"\n[outbox]\npath = "{tmp_path / "o.sqlite"}"\n{streams}')
+    return str(path)
+
+
+def test_config_check_k_state_redaction_and_channel_warning(capsys, tmp_path) -> None:
+    """A 4-state redaction stream is accepted and planned; a 4-state channel stream whose stream
+    leakage exceeds its per-record ε is warned about (issue 12: 4.68 vs 1 went unwarned)."""
+    cfg = _config(tmp_path, f"""
+[[streams]]
+name = "activity"
+labels = ["idle", "walking", "running", "cycling"]
+source = "stdin"
+epsilon = 1.0
+[streams.model]
+matrix = {K4}
+
+[[streams]]
+name = "power"
+labels = ["p0", "p1", "p2", "p3"]
+source = "mqtt"
+mechanism = "channel"
+[streams.model]
+matrix = {K4}
+[streams.channel]
+kind = "rr-prior"
+epsilon = 1.0
+prior = [0.25, 0.25, 0.25, 0.25]
+""")
+    rc, out, _ = run(capsys, "config", "check", cfg)
+    assert rc == 0
+    assert "stream activity" in out and "states 4, 3R redaction" in out and "exceeds ε" not in out
+    assert "WARNING: the stream leakage" in out and "per-record ε = 1" in out
+
+
+def test_config_refuses_a_schedule_on_a_channel_stream_and_a_non_mixing_k_state_chain(capsys, tmp_path) -> None:
+    channel = """
+[[streams]]
+name = "power"
+labels = ["p0", "p1", "p2"]
+source = "mqtt"
+mechanism = "channel"
+schedule = [{start = "22:00", end = "06:00"}]
+[streams.model]
+matrix = [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]
+[streams.channel]
+kind = "rr-prior"
+epsilon = 1.0
+prior = [0.3333333333333333, 0.3333333333333333, 0.3333333333333334]
+"""
+    rc, _, err = run(capsys, "config", "check", _config(tmp_path, channel))
+    assert rc != 0 and 'mechanism = "redaction"' in err
+    cyclic = """
+[[streams]]
+name = "room"
+labels = ["a", "b", "c"]
+source = "mqtt"
+epsilon = 1.0
+[streams.model]
+matrix = [[0, 1, 0], [0, 0, 1], [1, 0, 0]]
+"""
+    rc, _, err = run(capsys, "config", "check", _config(tmp_path, cyclic))
+    assert rc != 0 and "periodic" in err

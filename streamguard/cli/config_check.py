@@ -10,19 +10,21 @@ from typing import Any
 import numpy as np
 
 from ..audit.start import start_effect
-from ..redaction.plan import plan_stream
+from ..redaction.kplan import stream_plan_for
 
 
 def _check_redaction_stream(cfg: Any) -> None:
-    sp = plan_stream(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
+    sp = stream_plan_for(cfg.chain(), cfg.epsilon, design=cfg.design, split=cfg.split)
     lk = sp.leakage()
     print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction ε={cfg.epsilon:g}, "
-          f"design {cfg.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
+          f"design {sp.design}, split ε_ℓ={sp.left.budget:.6g} ε_r={sp.right.budget:.6g}")
     print("  redaction by t − p: " + ", ".join(
-        f"{int(d):+d}:({r[0]:.4f},{r[1]:.4f})" for d, r in zip(sp.offsets(), sp.table())))
+        f"{int(d):+d}:({','.join(f'{v:.4f}' for v in r)})" for d, r in zip(sp.offsets(), sp.table())))
     delay = sp.left_horizon if cfg.delay is None else cfg.delay
     print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"
           f"{f', max hold {cfg.max_hold:g} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
+    if not lk.total <= cfg.epsilon * (1 + 1e-12):
+        print(f"  WARNING: the plan's exact leakage {lk.total:.6f} nats exceeds ε = {cfg.epsilon:g}")
     if delay < sp.left_horizon:
         print(f"  warning: delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
     initial = None if cfg.model.initial is None else np.array(cfg.model.initial)
@@ -47,6 +49,13 @@ def _check_channel_stream(cfg: Any) -> None:
         leak = stream_leakage_report(channel, cfg.chain())
         kind = "a lower bound (window of " + str(leak["n"]) + ")" if leak["lower_bound"] else "exact"
         print(f"  leakage about one record of the whole stream under the model: {leak['leakage']} nats ({kind})")
+        per_record = [float(c.params["epsilon"]) for c in channel.claims
+                      if c.notion in ("ldp_x", "identifiability") and "epsilon" in c.params]
+        if per_record and float(leak["leakage"]) > min(per_record) * (1 + 1e-12):
+            print(f"  WARNING: the stream leakage {float(leak['leakage']):.4g} nats exceeds the per-record "
+                  f"ε = {min(per_record):g}: correlated neighbours reveal each record beyond its own release")
+    print('  private flags withhold only the flagged record (not its correlated neighbours; each one is logged): '
+          'use mechanism = "redaction" for private positions')
 
 
 def _aggregate_lines(cfg: Any) -> list[str]:
