@@ -14,6 +14,7 @@ from streamguard.redaction.plan import plan_redaction
 from streamguard.sampling import (
     REDACTED,
     CsprngSource,
+    KeystreamSource,
     SeededSource,
     apply_redaction,
     quantised,
@@ -182,7 +183,7 @@ def test_csprng_words():
 DRAWS = 200_000
 
 
-@pytest.mark.parametrize("source_kind", ["seeded", "csprng"])
+@pytest.mark.parametrize("source_kind", ["seeded", "csprng", "keystream"])
 def test_empirical_redaction_frequencies_match_the_plan(source_kind):
     """Each (table row, state) cell is drawn 200 000 times; the redaction count is Binomial(N, r).
 
@@ -196,7 +197,8 @@ def test_empirical_redaction_frequencies_match_the_plan(source_kind):
     seq = plan.channels()
     r = seq.tables[:, :, -1]  # Pr(⊥ | x) per distinct table
     thr = thresholds(r)
-    source = SeededSource(20240611) if source_kind == "seeded" else CsprngSource()
+    source = {"seeded": lambda: SeededSource(20240611), "csprng": CsprngSource,
+              "keystream": KeystreamSource}[source_kind]()
     for t in range(r.shape[0]):
         for x in range(2):
             states = np.full(DRAWS, x, dtype=np.int8)
