@@ -59,6 +59,7 @@ def _right_kernel(kernels, rows, out):  # pragma: no cover - compiled
     k = rows.shape[1]
     F = kernels[0].copy()
     tmp = np.empty((k, k))
+    lg = np.empty(k)
     for a in range(k):
         for b in range(k):
             out[a, b] = 0.0 if a == b else -np.inf
@@ -79,13 +80,15 @@ def _right_kernel(kernels, rows, out):  # pragma: no cover - compiled
         for x in range(k):
             if rows[d, x] >= 1.0:
                 continue  # never released here
+            for a in range(k):  # k logarithms per value, not k² (the pairs are differences)
+                lg[a] = np.log(F[a, x]) if F[a, x] > 0.0 else -np.inf
             for a in range(k):
                 if F[a, x] <= 0.0:
                     continue
                 for b in range(k):
                     if a == b:
                         continue
-                    val = np.inf if F[b, x] <= 0.0 else np.log(F[a, x]) - np.log(F[b, x])
+                    val = np.inf if F[b, x] <= 0.0 else lg[a] - lg[b]
                     if val > out[a, b]:
                         out[a, b] = val
     if m > 0:

@@ -213,6 +213,8 @@ class RedactionRuntime(StreamRuntime):
             "design": self.plan.design,
             "split": [self.plan.left.budget, self.plan.right.budget],
             "horizons": {"left": self.plan.left_horizon, "right": self.plan.right_horizon},
+            # the table by signed distance t − p: one row of k probabilities Pr(⊥ | X = x) per offset
+            "table": {"offsets": self.plan.offsets().tolist(), "redaction": self.plan.table().tolist()},
             "plan_leakage": self.plan_leakage.total,
             "delay": core["delay"],
             "max_hold": self.cfg.max_hold,
