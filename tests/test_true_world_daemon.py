@@ -517,11 +517,15 @@ def _property_seeds() -> list[int]:
 
 async def test_property_random_faulty_streams(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
     """Random worlds (see :func:`random_world`); every failing seed is reported with its problems."""
+    await run_property(mosquitto, tmp_path, [random_world(seed) for seed in _property_seeds()])
+
+
+async def run_property(broker: Broker, tmp_path: Path, worlds: list[World]) -> None:
+    """Run every world; every failing seed is reported with its problems."""
     failures = []
-    for seed in _property_seeds():
-        w = random_world(seed)
+    for w in worlds:
         try:
-            verdict = evaluate(w, await run_world(mosquitto, w, tmp_path / f"run{seed}"))
+            verdict = evaluate(w, await run_world(broker, w, tmp_path / f"run{w.seed}"))
         except Exception as exc:  # noqa: BLE001 - a crash or a timeout is this seed's failure; go on
             failures.append(f"{w.describe()}: {type(exc).__name__}: {exc}")
             continue
@@ -594,15 +598,4 @@ async def test_k_state_property_random_faulty_streams(mosquitto: Broker, tmp_pat
     """Random 3- and 4-state worlds with the binary property test's faults (STREAMGUARD_PROPERTY_RUNS
     scales it; default 3 runs)."""
     runs = max(1, int(os.environ.get("STREAMGUARD_PROPERTY_RUNS", "12")) // 4)
-    failures = []
-    for seed in range(2000, 2000 + runs):
-        w = random_world(seed, k=3 + seed % 2)
-        try:
-            verdict = evaluate(w, await run_world(mosquitto, w, tmp_path / f"run{seed}"))
-        except Exception as exc:  # noqa: BLE001 - a crash or a timeout is this seed's failure; go on
-            failures.append(f"{w.describe()}: {type(exc).__name__}: {exc}")
-            continue
-        if verdict.problems:
-            failures.append(f"{w.describe()}:\n    " + "\n    ".join(verdict.problems[:8]))
-    if failures:
-        raise AssertionError(f"{len(failures)} failing runs:\n" + "\n".join(failures))
+    await run_property(mosquitto, tmp_path, [random_world(seed, k=3 + seed % 2) for seed in range(2000, 2000 + runs)])

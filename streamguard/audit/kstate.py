@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._jit import kernel
 from ..chain import ModelError
-from .start import left_pairs
+from .start import left_pairs, scaled_product
 
 
 class RowsError(ValueError):
@@ -58,6 +58,10 @@ def _right_kernel(kernels, rows, out):  # pragma: no cover - compiled
     m = rows.shape[0]
     k = rows.shape[1]
     F = kernels[0].copy()
+    Ft = F.T.copy()
+    kernels_t = np.empty_like(kernels)
+    for d in range(m):
+        kernels_t[d] = kernels[d].T
     tmp = np.empty((k, k))
     lg = np.empty(k)
     for a in range(k):
@@ -65,18 +69,11 @@ def _right_kernel(kernels, rows, out):  # pragma: no cover - compiled
             out[a, b] = 0.0 if a == b else -np.inf
     for d in range(m):
         if d > 0:
-            K = kernels[d]
-            s = 0.0
+            # F ← F · diag(r_{d−1}) · K_d, computed transposed: Fᵀ ← K_dᵀ · diag(r_{d−1}) · Fᵀ
+            scaled_product(kernels_t[d], rows[d - 1], Ft, tmp)
             for a in range(k):
                 for x in range(k):
-                    acc = 0.0
-                    for y in range(k):
-                        acc += F[a, y] * rows[d - 1, y] * K[y, x]
-                    tmp[a, x] = acc
-                    s = max(s, acc)
-            for a in range(k):
-                for x in range(k):
-                    F[a, x] = tmp[a, x] / s if s > 0.0 else tmp[a, x]
+                    F[a, x] = Ft[x, a]
         for x in range(k):
             if rows[d, x] >= 1.0:
                 continue  # never released here

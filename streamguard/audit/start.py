@@ -79,6 +79,24 @@ def _log_ratio(num: float, den: float) -> float:
 
 
 @kernel
+def scaled_product(A, r, B, tmp):  # pragma: no cover - compiled
+    """B ← A · diag(r) · B, divided by its largest entry when that is > 0 (ratios within B are what
+    the audits use; the scaling keeps long redacted runs from underflowing). ``tmp``: (k, k) scratch."""
+    k = A.shape[0]
+    s = 0.0
+    for x in range(k):
+        for a in range(k):
+            acc = 0.0
+            for y in range(k):
+                acc += A[x, y] * r[y] * B[y, a]
+            tmp[x, a] = acc
+            s = max(s, acc)
+    for x in range(k):
+        for a in range(k):
+            B[x, a] = tmp[x, a] / s if s > 0.0 else tmp[x, a]
+
+
+@kernel
 def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no cover - compiled
     """Release terms of :func:`left_pairs` without the law factor: out[a, b] = max over (j, x) of
     log v_j(x,a) − log v_j(x,b) (−inf: none); the first record (j = steps) releases only the x with
@@ -89,34 +107,15 @@ def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no co
     v = kernels[0].copy()
     q = kernels[0].copy()
     tmp = np.empty((k, k))
+    ones = np.ones(k)
     for a in range(k):
         for b in range(k):
             out[a, b] = 0.0 if a == b else -np.inf
     for j in range(1, steps + 1):
         if j > 1:
             K = kernels[j - 1]
-            s = 0.0
-            for x in range(k):
-                for a in range(k):
-                    acc = 0.0
-                    for y in range(k):
-                        acc += K[x, y] * rows[j - 2, y] * v[y, a]
-                    tmp[x, a] = acc
-                    s = max(s, acc)
-            for x in range(k):
-                for a in range(k):
-                    v[x, a] = tmp[x, a] / s if s > 0.0 else tmp[x, a]
-            s = 0.0
-            for x in range(k):
-                for a in range(k):
-                    acc = 0.0
-                    for y in range(k):
-                        acc += K[x, y] * q[y, a]
-                    tmp[x, a] = acc
-                    s = max(s, acc)
-            for x in range(k):
-                for a in range(k):
-                    q[x, a] = tmp[x, a] / s
+            scaled_product(K, rows[j - 2], v, tmp)
+            scaled_product(K, ones, q, tmp)
         for x in range(k):
             if (j <= m and rows[j - 1, x] >= 1.0) or (j == steps and not first[x]):
                 continue  # never released at this distance

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..audit.kstate import PairLeakage, combine, redaction_leakage
 from ..chain import MarkovChain
 from .kside import KSideModel, KSidePlan, design_kside, expected_redacted, window_side
-from .plan import StreamPlan, check_epsilon, plan_stream
+from .plan import SignedTable, StreamPlan, check_epsilon, plan_stream
 
 KSPLITS = ("even", "optimize")
 DESIGNS = ("exact", "window")
@@ -89,7 +89,7 @@ def _stream_models(chain: MarkovChain) -> tuple[KSideModel, KSideModel]:
 
 
 @dataclass(frozen=True)
-class KStreamPlan:
+class KStreamPlan(SignedTable):
     """A k-state 3R plan for an unbounded stationary stream, by signed distance d = t − p:
     ``left.red[d−1]`` applies at t = p − d, ``right.red[d−1]`` at p + d, p itself is redacted, and
     records beyond the horizons are released. Same interface as the binary :class:`StreamPlan`."""
@@ -104,22 +104,6 @@ class KStreamPlan:
     @property
     def k(self) -> int:
         return self.chain.k
-
-    @property
-    def left_horizon(self) -> int:
-        return self.left.horizon
-
-    @property
-    def right_horizon(self) -> int:
-        return self.right.horizon
-
-    def offsets(self) -> NDArray[np.int64]:
-        return np.arange(-self.left_horizon, self.right_horizon + 1)
-
-    def table(self) -> NDArray[np.float64]:
-        """(H_ℓ + H_r + 1, k) redaction rows for offsets −H_ℓ..H_r."""
-        return np.vstack([self.left.red[: self.left_horizon][::-1], np.ones((1, self.k)),
-                          self.right.red[: self.right_horizon]])
 
     def leakage(self) -> PairLeakage:
         """Exact leakage about p of the table in an unbounded stationary stream (a released record
