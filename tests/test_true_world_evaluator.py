@@ -179,17 +179,19 @@ def test_k_states_against_brute_force_and_the_simplex() -> None:
     """k = 3, 4: exact vs enumeration for random laws; the worst case over laws (edges of the
     simplex) is ≥ the leakage at sampled interior laws and ≥ brute force at them."""
     rng = np.random.default_rng(5)
-    for i in range(9):
+    for i in range(4):
         k = 3 + i % 2
-        P = _k_chain(rng, k, i % 3)
+        P = _k_chain(rng, k, (i + i // 2) % 3)
         n = 5 if k == 3 else 4
         rows = rng.uniform(0, 1, (n, k))
         rows[rng.uniform(size=(n, k)) < 0.3] = 0.0
         rows[rng.uniform(size=(n, k)) < 0.3] = 1.0
         mu = rng.dirichlet(np.ones(k))
-        laws = rng.dirichlet(np.full(k, 0.3), size=15)
+        laws = rng.dirichlet(np.full(k, 0.3), size=6)
         for p in range(n):
             assert _same(true_leakage(P, mu, rows, p).total, brute_force_leakage(P, mu, rows, p)), (i, p)
+            if p not in (n // 2, n - 1):
+                continue
             worst = worst_over_initial(P, rows, p).total
             assert sampled_over_initial(P, rows, p, laws) <= worst + 1e-9
             assert brute_force_leakage(P, laws[0], rows, p) <= worst + 1e-9

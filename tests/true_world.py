@@ -116,11 +116,12 @@ class _Term:
 
     C: Array
     PI: Array
+    varies: bool = True  # False: the same for every μ (right and centre terms)
 
     @classmethod
     def fixed(cls, w: Array) -> _Term:
         k = w.shape[0]
-        return cls(np.tile(w, (k, 1)), np.ones((k, k)))
+        return cls(np.tile(w, (k, 1)), np.ones((k, k)), False)
 
     def value(self, a: int, b: int, mu: Array) -> float:
         """log w(a)/w(b) at μ; −inf if the class is impossible under a."""
@@ -129,6 +130,8 @@ class _Term:
     def sup(self, a: int, b: int) -> float:
         """sup over every law μ of :meth:`value`: the largest segment supremum over the edges δ_i–δ_j."""
         k = self.C.shape[0]
+        if not self.varies:
+            return _log_ratio(self.C[0], self.PI[0], a, b)
         return max(self._segment(a, b, i, j) for i in range(k) for j in range(i + 1, k))
 
     def _segment(self, a: int, b: int, i: int, j: int) -> float:
