@@ -23,6 +23,7 @@ from .device import DEFAULT_START, SimDevice
 from .faults import FaultKind
 from .frames import FrameCounts
 from .mqtt import DEFAULT_COMMAND_TOPIC, DEFAULT_TOPIC, publish_device
+from .onchange import FORMATS, OnChangeSensor, publish_onchange
 from .spec import derive_seed, load_spec_file, parse_stream_arg, stream_from_spec
 
 T = TypeVar("T")
@@ -52,6 +53,31 @@ def _host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _onchange(text: str) -> tuple[str, str, tuple[float, float]]:
+    parts = text.split(":")
+    if len(parts) not in (2, 4) or parts[0] not in FORMATS:
+        raise argparse.ArgumentTypeError(f"expected FORMAT:DEVICE[:MEAN0:MEAN1], FORMAT one of {', '.join(FORMATS)}")
+    try:
+        dwell = (float(parts[2]), float(parts[3])) if len(parts) == 4 else (2.0, 0.5)
+    except ValueError:
+        raise argparse.ArgumentTypeError("MEAN0 and MEAN1 are seconds") from None
+    return parts[0], parts[1], dwell
+
+
+def _run_onchange(args: argparse.Namespace) -> int:
+    fmt, name, dwell = args.onchange
+    host, port = args.mqtt
+    try:
+        sensor = OnChangeSensor(fmt, name, dwell=dwell, republish=0.1 if fmt == "zigbee2mqtt" else 0.0, seed=args.seed)
+        sent = asyncio.run(publish_onchange(sensor, host, port, args.duration))
+    except (aiomqtt.MqttError, ValueError) as exc:
+        print(f"firmware_sim: {exc}", file=sys.stderr)
+        return 1
+    changes = sum(m.change for _, m in sent if m.state is not None)
+    print(f"firmware_sim: {json.dumps({'messages': len(sent), 'changes': changes})}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m firmware_sim``."""
     p = argparse.ArgumentParser(
@@ -66,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a binary stream with default labels vacant/occupied; repeatable (default: {DEFAULT_STREAM})",
     )
     dev.add_argument("--spec", metavar="FILE", help="JSON spec file of streams (see firmware_sim.spec)")
+    dev.add_argument("--onchange", type=_onchange, metavar="FORMAT:DEVICE[:MEAN0:MEAN1]",
+                     help="instead: one binary sensor reporting on change in the format of zigbee2mqtt, tasmota "
+                     "or esphome (state 0 lasts MEAN0 s on average, 1 MEAN1 s; default 2:0.5); needs --mqtt "
+                     "and --duration (firmware_sim.onchange)")
     dev.add_argument("--seed", type=int, default=0, help="device seed; stream i defaults to a seed derived from it")
     dev.add_argument("--start", type=_start, default=DEFAULT_START, metavar="EPOCH|now",
                      help="timestamp of the first frame (default: %(default)s, 2026-01-01 UTC)")
@@ -137,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.onchange is not None:
+        if args.mqtt is None or args.duration is None:
+            parser.error("--onchange publishes to a broker for a time: give --mqtt and --duration")
+        return _run_onchange(args)
     try:
         device = build_device(args)
     except (ValueError, TypeError, OSError) as exc:

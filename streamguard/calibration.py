@@ -14,6 +14,7 @@ departures from every state, otherwise the estimate is refused. The notes' advic
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ def transition_counts(path: Path, states: StateMap) -> tuple[np.ndarray, int]:
             line = line.rstrip(b"\r\n")
             if not line:
                 continue
-            rec = parse_frame(line, states, now=0.0, last_ts=None)
+            rec = parse_frame(line, states, now=time.time(), last_ts=None)  # (now: a recorded ts is not in the future)
             if not isinstance(rec, RawRecord):
                 skipped += 1
                 prev = None  # a gap: do not count a transition across it

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from .chain import MarkovChain, ModelError
+from .ingest.spec import IngestConfig, RecordConfig
 from .loopback import is_loopback
 from .stream.records import SensitiveField, StateMap
 
@@ -219,6 +220,61 @@ class AggregateConfig(_Strict):
         return self
 
 
+#: Home Assistant's binary_sensor device classes (homeassistant.components.binary_sensor).
+HASS_BINARY_DEVICE_CLASSES = (
+    "battery", "battery_charging", "carbon_monoxide", "cold", "connectivity", "door", "garage_door", "gas",
+    "heat", "light", "lock", "moisture", "motion", "moving", "occupancy", "opening", "plug", "power",
+    "presence", "problem", "running", "safety", "smoke", "sound", "tamper", "update", "vibration", "window")
+
+
+def sanitized_topic_filters(base: str) -> list[str]:
+    """The topics that carry sanitized output: the device's status and each stream's records,
+    aggregates and privacy status. Consumers and the device broker's bridge (deploy/mosquitto)
+    take exactly these off the device, so no input may be read from them."""
+    return [f"{base}/+/status", *(f"{base}/+/+/{kind}" for kind in ("data", "aggregate", "privacy"))]
+
+
+def filters_overlap(a: str, b: str) -> bool:
+    """Can one topic match both MQTT filters ``a`` and ``b`` (``+`` one level, ``#`` the rest)?"""
+    x, y = a.split("/"), b.split("/")
+    for i in range(max(len(x), len(y))):
+        if (i < len(x) and x[i] == "#") or (i < len(y) and y[i] == "#"):
+            return True
+        if i >= len(x) or i >= len(y) or (x[i] != y[i] and "+" not in (x[i], y[i])):
+            return False
+    return True
+
+
+def hass_options_problem(options: list[str]) -> str | None:
+    """Why these enum options (how a stream's values render in Home Assistant) cannot be told
+    apart there, or None: an option that renders as ``None`` (Home Assistant's *unknown*), is
+    empty, has surrounding blanks (Home Assistant strips template output), or repeats another."""
+    if any(o in ("", "None") or o != o.strip() for o in options):
+        return "a value that is empty, 'None' or has surrounding blanks"
+    if len(set(options)) != len(options):
+        return "two values that render alike"
+    return None
+
+
+class StreamHomeAssistant(_Strict):
+    """How a stream appears in Home Assistant when ``[homeassistant] enabled`` (stream/hass.py):
+    its entity ``name`` (default: the stream's name), the binary_sensor ``device_class`` of a
+    two-state stream, and which label is ``on`` (default: the second state)."""
+
+    name: str | None = Field(None, min_length=1, max_length=100)
+    device_class: Literal[HASS_BINARY_DEVICE_CLASSES] | None = None  # type: ignore[valid-type]
+    on: str | None = None
+
+
+class HomeAssistantConfig(_Strict):
+    """Home Assistant MQTT discovery of the sanitized streams (off by default; stream/hass.py):
+    retained configs under ``<prefix>/<component>/streamguard_<device>/<stream>/config``, re-sent
+    when Home Assistant publishes ``online`` on ``<prefix>/status``."""
+
+    enabled: bool = False
+    prefix: str = Field("homeassistant", pattern=r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*$")
+
+
 class StreamConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
     labels: list[str] | None = None
@@ -242,11 +298,28 @@ class StreamConfig(_Strict):
     #: A frame whose time is uncertain (rejected: its own ``ts`` or, unreadable, the daemon's clock)
     #: is private when it lies within this many seconds of a schedule window (fail closed).
     schedule_guard: float = Field(60.0, ge=0, le=3600)
-    #: The sensor's sample period (seconds). With it a step is a slot of this grid: frames in a slot
-    #: already seen are redeliveries, and slots with no frame are missing readings (redacted steps).
-    #: Without it every distinct timestamp is a step.
+    #: The period of the stream's steps (seconds). With it a step is a slot of this grid: frames in a
+    #: slot already seen are redeliveries, and slots with no frame are missing readings (redacted
+    #: steps). Without it every distinct timestamp is a step. For streamguard's own frames and a
+    #: ``periodic`` mapped source it is the sensor's period; for an on-change mapped source
+    #: (``[streams.ingest]``) it is the grid of the daemon's resampler, which makes exactly one
+    #: step per slot (streamguard/ingest/resampler.py).
     sample_period: float | None = Field(None, gt=0, le=86_400, allow_inf_nan=False)
     sim_rate: float = Field(10.0, gt=0, le=100_000)  # frames/s of a ``source = "sim"`` stream
+    #: How the stream appears in Home Assistant (only with ``[homeassistant] enabled``).
+    homeassistant: StreamHomeAssistant = StreamHomeAssistant()
+    #: Read a sensor of the MQTT ecosystem (zigbee2mqtt, Tasmota, …) instead of streamguard's own
+    #: frames (streamguard/ingest). Such a source reports on change, so ``sample_period`` is then the
+    #: grid of the daemon's resampler — one step per tick, stamped with the tick — unless
+    #: ``periodic`` states that its messages already come at value-independent times.
+    ingest: IngestConfig | None = None
+    #: The operator's statement that the mapped source publishes periodically (not checked; it is
+    #: shown in the privacy status): each message is a step, no resampler.
+    periodic: bool = False
+    #: Resampler: a held reading older than this many seconds makes the step unknown (redacted).
+    stale_after: float | None = Field(None, gt=0, le=31 * 86_400, allow_inf_nan=False)
+    #: Record the steps the privatizer sees (for calibration; ingest streams).
+    record: RecordConfig | None = None
 
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:
@@ -283,10 +356,63 @@ class StreamConfig(_Strict):
                 raise ValueError("aggregates: state must be one of the stream's labels")
             if a.query == "mean" and a.values is not None and len(a.values) != smap.k:
                 raise ValueError(f"aggregates: values needs one number per state ({smap.k})")
+        self._check_ingest(smap)
         budget = self.aggregate_budget
         if budget is not None and self.aggregates and budget < max(a.epsilon for a in self.aggregates):
             raise ValueError("aggregate_budget is below the ε of one aggregate window: every release would be refused")
         return self
+
+    @model_validator(mode="after")
+    def _homeassistant(self) -> StreamConfig:
+        """A binary_sensor device class and an ``on`` label only make sense for two states; the
+        ``on`` label must be one of the stream's labels."""
+        ha, k = self.homeassistant, self.state_map().k
+        if k != 2 and (ha.device_class is not None or ha.on is not None):
+            raise ValueError("homeassistant: device_class and on are for two-state streams (a binary_sensor); "
+                             f"this stream has {k} states (an enum sensor)")
+        if ha.on is not None and ha.on not in (self.labels or []):
+            raise ValueError("homeassistant.on must be one of the stream's labels")
+        return self
+
+    def _check_ingest(self, smap: StateMap) -> None:
+        """An ingest stream: where it reads, its value map, and its timing (issue 10)."""
+        ing = self.ingest
+        if ing is None:
+            for key in ("periodic", "stale_after", "record"):
+                if getattr(self, key):
+                    raise ValueError(f"{key} goes with [streams.ingest] (a mapped sensor)")
+            return
+        from .ingest.presets import PresetError, resolve, resolve_button
+
+        if self.source != "mqtt" or self.raw_topic is not None:
+            raise ValueError('ingest: a mapped sensor is read from the broker (source = "mqtt", no raw_topic)')
+        if self.channel is not None and self.channel.sensitive_field is not None:
+            raise ValueError("ingest: a mapped sensor carries no sensitive attribute (channel.sensitive_field)")
+        try:
+            mapping = resolve(ing)
+            if ing.button is not None:
+                resolve_button(ing.button)
+        except PresetError as exc:
+            raise ValueError(f"ingest: {exc}") from None
+        if ing.values is not None:
+            if smap.labels is None:
+                raise ValueError("ingest.values maps to labels: a stream with bins reads numbers")
+            unknown = sorted(set(ing.values.values()) - set(smap.labels))
+            if unknown:
+                raise ValueError(f"ingest.values: {unknown[0]!r} is not one of the stream's labels")
+        if self.periodic:
+            if self.stale_after is not None:
+                raise ValueError("stale_after is the resampler's: a periodic source has none")
+        elif self.sample_period is None:
+            raise ValueError(f"ingest: {mapping.preset} publishes on change, so its message times reveal the "
+                             "changes: give sample_period (the resampler's grid), or periodic = true if its "
+                             "messages already come at value-independent times")
+        if self.stale_after is not None and self.sample_period is not None and self.stale_after < self.sample_period:
+            raise ValueError("stale_after is shorter than sample_period: every step would be stale")
+
+    def resampled(self) -> bool:
+        """Is this stream's step the tick of the daemon's resampler (a mapped on-change source)?"""
+        return self.ingest is not None and not self.periodic
 
     def total_aggregate_budget(self) -> float | None:
         """The accountant budget of this stream's aggregates (see ``aggregate_budget``)."""
@@ -341,6 +467,7 @@ class Settings(BaseSettings):
     outbox: OutboxConfig = OutboxConfig()
     ledger: LedgerConfig = LedgerConfig()
     publish: PublishConfig = PublishConfig()
+    homeassistant: HomeAssistantConfig = HomeAssistantConfig()
     streams: list[StreamConfig] = Field(min_length=1)
 
     _toml_path: ClassVar[Path | None] = None
@@ -354,6 +481,44 @@ class Settings(BaseSettings):
         if sum(s.source == "stdin" for s in v) > 1:
             raise ValueError("at most one stream can read standard input")
         return v
+
+    @model_validator(mode="after")
+    def _inputs_off_sanitized_topics(self) -> Settings:
+        """No stream reads raw input from a topic that carries sanitized output
+        (:func:`sanitized_topic_filters`): a consumer or the bridge would take raw readings off the
+        device. Checks ``raw_topic`` and the topic filters of a mapped sensor (and its button)."""
+        outputs = sanitized_topic_filters(self.topic_base)
+        for s in self.streams:
+            if s.source != "mqtt":
+                continue
+            if s.ingest is None:
+                inputs = [s.raw_topic or self.topic(s.name, "raw")]
+            else:
+                from .ingest.presets import resolve, resolve_button
+
+                inputs = resolve(s.ingest).filters()
+                if s.ingest.button is not None:
+                    inputs += resolve_button(s.ingest.button).filters()
+            for f in inputs:
+                if any(filters_overlap(f, o) for o in outputs):
+                    raise ValueError(f"streams.{s.name}: input topic {f} can be a sanitized output topic "
+                                     f"({', '.join(outputs)}), which consumers and the bridge take off the device")
+        return self
+
+    @model_validator(mode="after")
+    def _homeassistant_options(self) -> Settings:
+        """With discovery on, a stream of more than two states is an enum sensor whose options are
+        its labels (or bin edges): they must be distinct in Home Assistant (stream/hass.py checks
+        a channel's merged outputs at start-up)."""
+        if self.homeassistant.enabled:
+            for s in self.streams:
+                smap = s.state_map()
+                if smap.k > 2:
+                    problem = hass_options_problem([str(smap.label_of(i)) for i in range(smap.k)])
+                    if problem is not None:
+                        raise ValueError(f"streams.{s.name}: Home Assistant cannot show {problem} "
+                                         "as an enum option; rename the labels or disable [homeassistant]")
+        return self
 
     @model_validator(mode="after")
     def _raw_stays_local(self) -> Settings:

@@ -5,7 +5,8 @@ Import the fixtures into a test module (pytest puts ``tests/`` on ``sys.path``):
     from brokers import mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls
 
 Each fixture starts ``mosquitto -c CONF`` on a free 127.0.0.1 port with a configuration written in
-the test's ``tmp_path`` and yields a :class:`Broker`, whose ``stop()`` / ``start()`` stop the
+the test's ``tmp_path`` and yields a :class:`Broker` (``device_and_central``: two of them, the
+device broker running the shipped ``deploy/mosquitto`` configuration and bridging to the other), whose ``stop()`` / ``start()`` stop the
 broker (SIGTERM) and start it again on the same port, for outage tests. Teardown kills the broker
 and prints its log, which pytest shows when the test failed. Tests are skipped where Mosquitto is
 not installed. Every wait is bounded.
@@ -19,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,8 @@ class Broker:
     username: str | None = None
     password: str | None = None
     ca_file: Path | None = None
+    #: A whole configuration (``settings`` unused), ``@PORT@`` standing for the listener's port.
+    conf_text: str | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -61,8 +65,11 @@ class Broker:
         return BrokerConfig(**(values | overrides))
 
     def _write_conf(self) -> Path:
-        lines = [f"listener {self.port} {HOST}", *self.settings, "set_tcp_nodelay true",
-                 f"log_dest file {self.log}"]
+        if self.conf_text is not None:
+            lines = [self.conf_text.replace("@PORT@", str(self.port)), f"log_dest file {self.log}"]
+        else:
+            lines = [f"listener {self.port} {HOST}", *self.settings, "set_tcp_nodelay true",
+                     f"log_dest file {self.log}"]
         if os.geteuid() == 0:
             lines.append("user root")  # else it drops to user mosquitto and cannot read our files
         conf = self.workdir / "mosquitto.conf"
@@ -122,6 +129,7 @@ def _require(*tools: str) -> None:
 
 def _run_broker(workdir: Path, settings: list[str], **credentials: Any) -> Iterator[Broker]:
     _require()
+    workdir.mkdir(parents=True, exist_ok=True)
     broker = Broker(workdir, settings, **credentials)
     broker.start(new_port=True)
     try:
@@ -184,3 +192,83 @@ def mosquitto_tls(tmp_path: Path) -> Iterator[Broker]:
     ca, cert, key = _make_certificates(tmp_path)
     yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence false", f"cafile {ca}",
                                       f"certfile {cert}", f"keyfile {key}"], ca_file=ca)
+
+
+#: The shipped device-broker configuration (deploy/README.md).
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "mosquitto"
+#: The users of the shipped ACL (deploy/mosquitto/streamguard.acl) and the test's passwords.
+DEVICE_USERS = {name: f"{name}-pw" for name in ("streamguard", "zigbee2mqtt", "sensor", "button", "homeassistant")}
+
+
+def render_conf(text: str, values: dict[str, str | None]) -> str:
+    """``text`` (a Mosquitto configuration) with the value of each directive in ``values``
+    replaced on every line that sets it, or the line dropped when the value is None. Comments and
+    every other line are kept as shipped. Raises KeyError if a directive is not set in ``text`` (the
+    shipped file changed: the test must follow)."""
+    out = text
+    for key, value in values.items():
+        pattern = re.compile(rf"^{re.escape(key)}(?: .*)?$", re.MULTILINE)
+        if not pattern.search(out):
+            raise KeyError(f"{key} is not set in the configuration")
+        out = pattern.sub("" if value is None else f"{key} {value}".replace("\\", "\\\\"), out)
+    return out
+
+
+@dataclass
+class DeviceAndCentral:
+    """The device broker (shipped configuration and ACL, ``users``' passwords) bridged to
+    ``central`` (anonymous, loopback)."""
+
+    device: Broker
+    central: Broker
+    users: dict[str, str]
+
+    def login(self, user: str) -> BrokerConfig:
+        """A :class:`BrokerConfig` for the device broker as ``user``."""
+        return self.device.broker_config(username=user, password=self.users[user])
+
+
+@pytest.fixture
+def device_and_central(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DeviceAndCentral]:
+    """Two Mosquitto instances on loopback: a central one (persistent, for outage tests), and the
+    device's running deploy/mosquitto/streamguard-device.conf (its ACL verbatim) with the test's
+    port, paths, users and the central broker as the bridge's address (plain TCP on loopback, no
+    remote login).
+    Parametrized indirectly with a tuple of lines, it also enables those lines that the shipped
+    file has commented out (its options)."""
+    _require("mosquitto_passwd")
+    pwfile = tmp_path / "device" / "passwd"
+    pwfile.parent.mkdir(parents=True)
+    for i, (user, password) in enumerate(DEVICE_USERS.items()):
+        subprocess.run(["mosquitto_passwd", *(["-c"] if i == 0 else []), "-b", str(pwfile), user, password],
+                       check=True, timeout=10, capture_output=True)
+    central_gen = _run_broker(tmp_path / "central", ["allow_anonymous true", "persistence true",
+                                                      f"persistence_location {tmp_path / 'central'}/",
+                                                      "max_queued_messages 100000"])
+    central = next(central_gen)
+    try:
+        text = render_conf((DEPLOY / "streamguard-device.conf").read_text(), {
+            "listener": f"@PORT@ {HOST}",
+            "password_file": str(pwfile),
+            "acl_file": str(DEPLOY / "streamguard.acl"),
+            "persistence_location": f"{tmp_path / 'device'}/",
+            "log_dest": None, "log_type": None,  # the fixture logs everything to a file
+            "address": f"{HOST}:{central.port}",
+            "remote_username": None, "remote_password": None,
+            "bridge_cafile": None, "bridge_insecure": None,
+            "restart_timeout": "1 2",
+        })
+        for line in getattr(request, "param", ()):
+            if f"\n#{line}\n" not in text:
+                raise KeyError(f"the shipped configuration has no commented line {line!r}")
+            text = text.replace(f"\n#{line}\n", f"\n{line}\n")
+        device = Broker(tmp_path / "device", [], conf_text=text, username="streamguard",
+                        password=DEVICE_USERS["streamguard"])
+        device.start(new_port=True)
+        try:
+            yield DeviceAndCentral(device, central, dict(DEVICE_USERS))
+        finally:
+            device.kill()
+            print(f"--- device mosquitto log (port {device.port}) ---\n{device.log_text()}")
+    finally:
+        central_gen.close()

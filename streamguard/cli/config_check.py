@@ -79,6 +79,20 @@ def _aggregate_lines(cfg: Any) -> list[str]:
     return out
 
 
+def _ingest_line(cfg: Any) -> str:
+    """Where a mapped sensor is read and how its steps are timed (README, "Connect your sensors")."""
+    from ..ingest.presets import resolve
+
+    mapping = resolve(cfg.ingest)
+    topics = ", ".join(mapping.filters())
+    if cfg.resampled():
+        timing = (f"resampled every {cfg.sample_period:g} s (sample and hold, one step per tick)"
+                  + (f", stale after {cfg.stale_after:g} s" if cfg.stale_after else ""))
+    else:
+        timing = "stated periodic by the operator (not checked): each message is a step"
+    return f"  ingest: {mapping.preset} on {topics}; {timing}"
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     import contextlib
     import io
@@ -96,11 +110,15 @@ def cmd_config_check(args: argparse.Namespace) -> int:
                     _check_redaction_stream(cfg)
                 for q in _aggregate_lines(cfg):
                     print(q)
+                if cfg.ingest is not None:
+                    print(_ingest_line(cfg))
                 if cfg.schedule:
                     print("  schedule: " + ", ".join(f"{w.start:%H:%M}–{w.end:%H:%M}" for w in cfg.schedule))
         print(f"{file}: valid — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
               f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}, "
               f"ledger {settings.ledger_path()}")
+        if settings.homeassistant.enabled:
+            print(f"  Home Assistant discovery: on, prefix {settings.homeassistant.prefix} (one entity per stream)")
         if settings.deterministic_seed is not None:
             print("  WARNING: deterministic_seed is set: seeded randomness, for tests only (not private "
                   "against anyone who knows the seed)")

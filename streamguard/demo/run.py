@@ -2,7 +2,9 @@
 
 1. An MQTT broker: the embedded one (amqtt, loopback, free port) unless ``--broker`` names one.
 2. Simulated devices (``firmware_sim``) publish raw frames — with privacy-button presses and
-   malformed frames — to ``streamguard/<device>/<stream>/raw``.
+   malformed frames — to ``streamguard/<device>/<stream>/raw``; and a zigbee2mqtt-style occupancy
+   sensor publishes ``zigbee2mqtt/demo_hall`` on change, which the daemon reads through the
+   zigbee2mqtt preset and resamples on a 0.2 s grid (stream ``hall``, :mod:`.hall`).
 3. The daemon privatizes them and publishes sanitized records, status and privacy reports.
 4. A subscriber prints, once a second, what a data consumer sees: records in, released,
    redacted, private marks with their exact achieved leakage, and throughput. The occupancy
@@ -31,8 +33,11 @@ import aiomqtt
 
 from firmware_sim import Button, Faults, Labels, SimDevice, SimStream, publish_device
 
+from firmware_sim.onchange import publish_onchange
+
 from ..config import Settings
 from ..stream.daemon import Daemon
+from .hall import NAME as HALL, check_hall, hall_sensor, hall_stream
 
 DEVICE = "demo-home"
 
@@ -62,7 +67,7 @@ def demo_settings(host: str, port: int, outbox: Path) -> Settings:
         outbox={"path": outbox},
         streams=[{"name": s.name, "labels": list(s.labels), "model": {"alpha": s.alpha, "beta": s.beta},
                   "epsilon": s.epsilon, "design": "exact", "source": "mqtt", "aggregates": list(s.aggregates)}
-                 for s in STREAMS],
+                 for s in STREAMS] + [hall_stream()],
     )
 
 
@@ -99,6 +104,10 @@ class Watch:
             parts.append(f"{s.name}: in {c.get('accepted', 0)}+{sum(c.get('rejected', {}).values())} bad, "
                          f"out {len(recs)} ({len(recs) - red} released, {red} redacted), marks {len(marks)}"
                          + (f" max leak {worst:.3f} (ε={s.epsilon:g})" if worst is not None else ""))
+        hall = self.records.get(HALL, [])
+        unknown = sum((self.privacy.get(HALL, {}).get("ingest") or {}).get("unknown_steps", {}).values())
+        parts.append(f"{HALL} (zigbee2mqtt, resampled): out {len(hall)} ({sum(r['redacted'] for r in hall)} "
+                     f"redacted), unknown steps {unknown}")
         total = sum(len(v) for v in self.records.values())
         parts.append(f"{total / max(elapsed, 1e-9):6.1f} rec/s")
         return " | ".join(parts)
@@ -199,20 +208,24 @@ async def run_demo(duration: float, rate: float, seed: int, broker: tuple[str, i
             if f.meta.channel == "raw":
                 truth.setdefault(f.stream, []).append(f.meta.state if f.meta.accepted else None)
         sim = asyncio.create_task(publish_device(device, host, port, duration=duration))
+        out.write(f"stream {HALL}: a zigbee2mqtt occupancy sensor reporting on change, resampled every 0.2 s\n")
+        hall = asyncio.create_task(publish_onchange(hall_sensor(seed), host, port, duration))
         t0 = time.monotonic()
         while not sim.done():
             await asyncio.sleep(1.0)
             out.write(watch.line(time.monotonic() - t0) + "\n")
             out.flush()
         counts = await sim
+        hall_sent = await hall
+        await asyncio.sleep(0.5)  # the hall stream's last ticks
         stop.set()
         await daemon_task
         await asyncio.sleep(0.5)  # last records and statuses reach the subscriber
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
         elapsed = time.monotonic() - t0
-        out.write("\n" + _summary(watch, counts.as_dict(), elapsed) + "\n")
-        problems = _check(watch, truth)
+        out.write("\n" + _summary(watch, counts.as_dict(), elapsed, len(hall_sent)) + "\n")
+        problems = _check(watch, truth) + check_hall(watch.records.get(HALL, []), hall_sent)
         if watch.bad_payloads:
             problems.append(f"{watch.bad_payloads} published payloads were not JSON")
         out.write("checks: " + ("all passed" if not problems else "; ".join(problems)) + "\n")
@@ -220,7 +233,7 @@ async def run_demo(duration: float, rate: float, seed: int, broker: tuple[str, i
     return 1
 
 
-def _summary(watch: Watch, sent: dict[str, Any], elapsed: float) -> str:
+def _summary(watch: Watch, sent: dict[str, Any], elapsed: float, hall_sent: int) -> str:
     lines = [f"summary after {elapsed:.1f} s (device status: {watch.status.get('state', '?')})"]
     for s in STREAMS:
         pv = watch.privacy.get(s.name, {})
@@ -244,5 +257,10 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float) -> str:
                          f"(noise ±{math.sqrt(2) * 2 * sigma:.0f} std per bin: σ_∞ = {sigma:.1f} on this sticky chain); ledger: "
                          f"ε = {agg['epsilon']:.4f} for every position (quilt accountant) of budget {agg['budget']:g}; "
                          f"the paper's Σε would be {agg['models'][0]['paper']['thm_III7_sum'].get('epsilon', '—')}")
+    hall = watch.records.get(HALL, [])
+    ingest = watch.privacy.get(HALL, {}).get("ingest") or {}
+    lines.append(f"  {HALL}: {hall_sent} zigbee2mqtt messages sent, {len(hall)} records out on the "
+                 f"0.2 s grid ({sum(r['redacted'] for r in hall)} redacted), unknown steps "
+                 f"{ingest.get('unknown_steps', {})}")
     lines.append(f"  simulator sent: {sent}")
     return "\n".join(lines)

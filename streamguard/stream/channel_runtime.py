@@ -149,7 +149,7 @@ class ChannelRuntime(StreamRuntime):
                                               "model gives probability 0")
         return None
 
-    def on_frame(self, data: bytes, now: float) -> tuple[list[ChannelRelease], Rejection | None]:
+    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[ChannelRelease], Rejection | None]:
         rec, step = self._intake(data, now)
         if not step.new:  # a redelivered reading: drawn once, never twice
             return [], rec if isinstance(rec, Rejection) else None

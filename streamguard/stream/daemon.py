@@ -9,6 +9,14 @@ Tasks (DESIGN.md §6):
 - **publisher**: a second connection (``<client id>-pub``) draining the outbox in order, QoS 1.
 - **sources**: stdin (JSON lines) and in-process simulated devices feed frames like MQTT does.
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
+- **grid**: one per stream that reads a sensor of the MQTT ecosystem (``[streams.ingest]``,
+  streamguard/ingest): the control connection also subscribes to the sensor's topics, whose
+  messages update the stream's resampler, and this task takes one step per tick of the stream's
+  ``sample_period`` grid (issue 10).
+- **Home Assistant discovery** (``[homeassistant]``, stream/hass.py): once online on a
+  connection, the control connection publishes the retained discovery configs (and deletes those
+  of removed streams); it also subscribes to ``<prefix>/status`` and re-sends them when Home
+  Assistant announces ``online``.
 
 Every decision is stored in the outbox (with the redaction rows used and the open marks) before
 it can be published — by one writer task that commits whatever has queued up as one group; a retry resends the stored bytes, never a new draw. A decision is queued for the writer in the
@@ -45,11 +53,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ..ingest.stream import IngestHub, StepInput
 from ..ledger.events import AggregateEvent, Event
 from ..ledger.odometer import odometer
 from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
+from .hass import Discovery
 from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox
 from .privatizer import Mark
 from .publisher import Publisher
@@ -96,18 +106,23 @@ class Daemon:
     """Runs the configured streams until ``stop`` is set (see module docstring).
 
     ``extra_sources`` are async iterables of (stream name, raw frame) — the demo's simulated
-    devices, or stdin — fed through the same path as MQTT frames.
+    devices, or stdin — fed through the same path as MQTT frames. ``ingest``: the mapped sensors
+    and their resampler clock (default: from ``settings``, on the wall clock).
     """
 
-    def __init__(self, settings: Settings, *, extra_sources: list[FrameSource] | None = None) -> None:
+    def __init__(self, settings: Settings, *, extra_sources: list[FrameSource] | None = None,
+                 ingest: IngestHub | None = None) -> None:
         self.settings = settings
         self.extra_sources = list(extra_sources or [])
         self.stats = DaemonStats()
         self.runtimes: dict[str, StreamRuntime] = {}
+        #: Streams read from sensors of the MQTT ecosystem, and their resampler grids (issue 10).
+        self.ingest = IngestHub(settings) if ingest is None else ingest
         self._box: AsyncOutbox | None = None
         self._ledger: Ledger | None = None
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
+        self._discovery: Discovery | None = None  # Home Assistant discovery (stream/hass.py)
         self._status_dirty = asyncio.Event()
         # Store queue (decision order) drained by one writer task in groups.
         self._queue: deque[_StoreEntry] = deque()
@@ -177,12 +192,12 @@ class Daemon:
                              identifier_suffix=suffix, will=will, instance=self.instance if will else None)
 
     # -- frames -------------------------------------------------------------------------------
-    async def handle_frame(self, stream: str, data: bytes) -> None:
+    async def handle_frame(self, stream: str, data: StepInput, now: float | None = None) -> None:
         rt = self.runtimes.get(stream)
         if rt is None:
             return
         self.stats.frames += 1
-        releases, _ = rt.on_frame(data, time.time())
+        releases, _ = rt.on_frame(data, time.time() if now is None else now)
         await self._store(rt, releases)
 
     async def handle_command(self, stream: str, data: bytes) -> None:
@@ -263,16 +278,22 @@ class Daemon:
         s = self.settings
         status_topic = s.topic("status")
         self._status_checked.clear()
+        self.ingest.connection(True)  # (a sensor's messages sent while we were away are lost)
         # the status first: its retained message (delivered after this SUBACK) is the takeover check
         await t.subscribe(status_topic)
         for rt in self.runtimes.values():
             await t.subscribe(rt.command_topic())
-            if rt.cfg.source == "mqtt":
+            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 await t.subscribe(rt.raw_topic())
+        assert self._discovery is not None and self._box is not None
+        for topic in self._discovery.subscriptions:
+            await t.subscribe(topic)
+        for topic_filter in self.ingest.filters():
+            await t.subscribe(topic_filter)
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
             routes[rt.command_topic()] = (rt.name, True)
-            if rt.cfg.source == "mqtt":
+            if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 routes[rt.raw_topic()] = (rt.name, False)
         status = asyncio.create_task(self._go_online(t))
         try:
@@ -280,8 +301,12 @@ class Daemon:
                 if msg.topic == status_topic:
                     self._check_status(msg)
                     continue
+                if self._discovery.wants_resend(msg):  # Home Assistant (re)started
+                    await self._discovery.sync(t, self._box)
+                    continue
                 route = routes.get(msg.topic)
                 if route is None:
+                    await self._ingest_message(msg)
                     continue
                 name, is_command = route
                 if is_command:
@@ -289,7 +314,19 @@ class Daemon:
                 else:
                     await self.handle_frame(name, msg.payload)
         finally:
+            self.ingest.connection(False)
             await _stop_tasks([status], TASK_STOP_TIMEOUT)
+
+    async def _ingest_message(self, msg: Message) -> None:
+        """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
+        button press) of a stream stated periodic."""
+        now = self.ingest.clock()  # the resampler's clock: receive times and ticks on one time line
+        for name, kind, data in self.ingest.route(msg.topic, msg.payload, retain=msg.retain, now=now):
+            if kind == "command":
+                assert isinstance(data, bytes)
+                await self.handle_command(name, data)
+            else:
+                await self.handle_frame(name, data, now)
 
     def _check_status(self, msg: Message) -> None:
         """Raise :class:`InUse` if ``msg`` (on our status topic) is another streamguard's status
@@ -317,6 +354,8 @@ class Daemon:
                 await self._status_checked.wait()
         await t.publish(self.settings.topic("status"), self._status_payload("online"), retain=True)
         self._claimed = True
+        assert self._discovery is not None and self._box is not None
+        await self._discovery.sync(t, self._box)
         self._status_dirty.set()
         await self._status_loop(t)
 
@@ -334,6 +373,9 @@ class Daemon:
     async def _privacy_payload(self, rt: StreamRuntime) -> bytes:
         """The stream's privacy status plus the device's delivery counters (shared outbox)."""
         status = rt.privacy_status()
+        ingest = self.ingest.status(rt.name)
+        if ingest is not None:
+            status["ingest"] = ingest
         if rt.aggregates is not None:
             status["aggregates"] = rt.aggregates.status()
         assert self._box is not None and self._publisher is not None and self._ledger is not None
@@ -395,12 +437,14 @@ class Daemon:
                 try:
                     await self._run(box, stop)
                 finally:
+                    self.ingest.close()
                     ledger, self._ledger = self._ledger, None
                     await box.run(lambda _b: ledger.close())
 
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
         s = self.settings
         await self._restore(box)
+        self._discovery = Discovery(s, self.runtimes.values())
         self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish)
         self._control = self._transport("", will=True)
         publisher = asyncio.create_task(self._publisher.run(), name="publisher")
@@ -408,6 +452,7 @@ class Daemon:
         workers = [asyncio.create_task(reconnecting(self._control, self._control_session), name="control"),
                    asyncio.create_task(self._ticker(), name="ticker")]
         workers += [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
+        workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self.handle_frame)]
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait([stopping, writer, *workers], return_when=asyncio.FIRST_COMPLETED)
         failure = next((w.exception() for w in (writer, *workers) if w.done() and not w.cancelled()

@@ -13,6 +13,8 @@ records** (raw readings never touch disk) and what the daemon needs to resume af
 - ``decisions`` — per stream, the redaction probabilities (row0, row1; ``rowk``: the whole row of
   a k-state stream, as JSON) used for the last ``keep`` decided positions (to restore the privatizer's history; one decision per position).
 - ``marks`` — per stream and position, the JSON report of a private mark (upserted).
+- ``announced`` — the Home Assistant discovery config topics published (stream/hass.py), so that
+  the configs of removed streams can be deleted at the next start.
 
 Capacity: at most ``max_records`` records. When a put would exceed it, ``overflow`` decides:
 ``"drop-oldest"`` deletes the oldest records in the same transaction and counts them in
@@ -84,6 +86,9 @@ CREATE TABLE IF NOT EXISTS marks (
     seq INTEGER NOT NULL,
     report TEXT NOT NULL,
     PRIMARY KEY (stream, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS announced (
+    topic TEXT PRIMARY KEY
 ) WITHOUT ROWID;
 """
 
@@ -346,6 +351,18 @@ class Outbox:
         """The stream's mark reports, seq → report, in seq order."""
         cur = self._db.execute("SELECT seq, report FROM marks WHERE stream = ? ORDER BY seq", (stream,))
         return {seq: json.loads(text) for seq, text in cur}
+
+    def announced(self) -> set[str]:
+        """The discovery config topics remembered as published (stream/hass.py)."""
+        return {topic for (topic,) in self._db.execute("SELECT topic FROM announced")}
+
+    def set_announced(self, topic: str, announced: bool) -> None:
+        """Durably remember (or forget) that a discovery config was published on ``topic``."""
+        with self._transaction() as db:
+            if announced:
+                db.execute("INSERT OR IGNORE INTO announced (topic) VALUES (?)", (topic,))
+            else:
+                db.execute("DELETE FROM announced WHERE topic = ?", (topic,))
 
 
 def _upsert_mark(db: sqlite3.Connection, stream: str, seq: int, report: Mapping[str, Any]) -> None:

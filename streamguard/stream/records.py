@@ -37,6 +37,13 @@ REASONS = (
     "bad-private",
     "missing-sensitive",
     "outside-model",
+    # steps of a mapped sensor (streamguard/ingest) whose reading is unknown
+    "no-reading",
+    "offline",
+    "disconnected",
+    "stale",
+    "unmapped",
+    "missing-field",
 )
 
 
@@ -201,18 +208,26 @@ def parse_frame(
     return Rejection(result.reason, result.message, private=not readable or _asks_private(obj), ts=ts)
 
 
+def frame_text(data: bytes, max_bytes: int, what: str = "frame") -> str | Rejection:
+    """The text of a frame (or of a mapped sensor's payload, ``what``): refused when larger than
+    ``max_bytes`` (before decoding) or not UTF-8."""
+    if len(data) > max_bytes:
+        return Rejection("oversize", f"{what} exceeds {max_bytes} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection("not-utf8", f"{what} is not valid UTF-8")
+
+
 def _parse(
     data: bytes, states: StateMap, *, now: float, last_ts: float | None, max_bytes: int,
     sensitive: SensitiveField | None,
 ) -> RawRecord | Rejection:
     """Validate one raw frame. ``last_ts`` is the timestamp of the stream's previous accepted
     record (timestamps must not go backwards); ``now`` stands in for a missing ``ts``."""
-    if len(data) > max_bytes:
-        return Rejection("oversize", f"frame exceeds {max_bytes} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return Rejection("not-utf8", "frame is not valid UTF-8")
+    text = frame_text(data, max_bytes)
+    if isinstance(text, Rejection):
+        return text
     try:
         obj = _decode(text)
     except _NonFinite:

@@ -46,7 +46,7 @@ class RedactionRuntime(StreamRuntime):
         self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
 
     # -- input --------------------------------------------------------------------------------
-    def on_frame(self, data: bytes, now: float) -> tuple[list[Release], Rejection | None]:
+    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[Release], Rejection | None]:
         """Validate and privatize one raw frame. Returns the records decided as a result and the
         rejection, if any.
 

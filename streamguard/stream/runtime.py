@@ -153,11 +153,13 @@ class StreamRuntime(abc.ABC):
             rec = self._outside_model(rec) or rec
         return rec
 
-    def _intake(self, data: bytes, now: float) -> tuple[RawRecord | Rejection, Step]:
+    def _intake(self, data: bytes | Rejection, now: float) -> tuple[RawRecord | Rejection, Step]:
         """Validate a frame and say which step it is (steps.py). Every frame is counted once: as a
         duplicate (it repeats a step already seen — whatever else is wrong with it), as rejected
-        (by reason; a late frame is ``ts-out-of-order`` and no step), or as accepted."""
-        rec = self._parse(data, now)
+        (by reason; a late frame is ``ts-out-of-order`` and no step), or as accepted. A
+        :class:`Rejection` given instead of bytes is a step whose reading is known to be unknown
+        (a mapped sensor's stale, offline or unreadable step: streamguard/ingest)."""
+        rec = data if isinstance(data, Rejection) else self._parse(data, now)
         step = self.steps.classify(rec.ts)
         if step.duplicate:
             self.counters.duplicates += 1
@@ -193,7 +195,7 @@ class StreamRuntime(abc.ABC):
 
     # -- what the daemon drives (each mechanism implements these) -------------------------------
     @abc.abstractmethod
-    def on_frame(self, data: bytes, now: float) -> tuple[list[Any], Rejection | None]:
+    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[Any], Rejection | None]:
         """Validate and privatize one raw frame; returns the records decided and the rejection."""
 
     @abc.abstractmethod

@@ -1,0 +1,163 @@
+"""The fixed-rate resampler: one step per grid tick, whatever the sensor does (issue 10; DESIGN.md
+§3 "Steps"; notes/sensor-ecosystem.md §2).
+
+An on-change sensor's message times reveal its changes, so its messages cannot be the chain's steps.
+The resampler turns them into a stream sampled at value-independent times: **sample and hold** on
+the wall-clock grid g_n = n·T (T = ``sample_period``, n an integer; the grid is the same after a
+restart). The step at g_n is the last reading *received* at or before g_n (by the daemon's clock),
+stamped g_n — never the reading's own time. Exactly one step per tick, whether or not a message
+arrived; the tick times, and so every later decision and publish time, depend on the grid only.
+
+A step is *unknown* — treated like a rejected frame: redacted with probability 1, it occupies its
+step, it is counted by reason, never guessed — when
+
+- ``no-reading``: nothing was received yet (since start-up, or since the device went offline);
+- ``offline``: the availability topic says offline (or sends a payload that is neither online nor
+  offline: fail closed). A device that comes back needs a fresh reading: the held one may have
+  changed while it was away;
+- ``disconnected``: the daemon's own connection to the broker is down — messages sent meanwhile are
+  lost, so after it is back only a fresh reading counts (a retained state redelivered on the new
+  subscription is one);
+- ``stale``: the held reading's time (its payload time, else its receive time) is more than
+  ``stale_after`` seconds before g_n;
+- the last message could not be read (``unmapped``, ``missing-field``, ``bad-ts``, ``not-json``…).
+
+A reading whose payload time is older than the held reading's is late and ignored (counted). A
+privacy-button press marks the step of the next tick — the step that holds the reading of the
+moment of the press. Observations are applied in receive order at the first tick at or after their
+receive time, so a tick that runs late (a busy event loop) still samples exactly what had arrived by
+g_n. This class is synchronous and has no clock: :mod:`.grid` drives it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from .mapping import Reading, Unreadable
+
+#: Observations waiting for their tick; beyond it the oldest is applied at once (only under a
+#: stalled tick: values stay genuine readings, only their attribution to a tick could move earlier).
+MAX_PENDING = 1024
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One tick's step: the grid time, the held value (None: unknown, with ``reason`` and, for an
+    unreadable message, its ``message`` naming the field) and whether a privacy button marked it."""
+
+    ts: float
+    value: str | float | None
+    reason: str | None = None
+    private: bool = False
+    message: str | None = None
+
+
+@dataclass
+class _Observation:
+    recv: float
+    reading: Reading | Unreadable | None = None
+    online: bool | None = None
+    press: bool = False
+    connected: bool | None = None
+
+
+@dataclass
+class ResamplerCounters:
+    """Counts of one stream's resampler. Only ``unknown`` (counted per tick) may be published:
+    ``late`` and ``presses`` count raw messages, whose times are the sensor's (stream.py)."""
+
+    #: Unknown steps by reason.
+    unknown: Counter[str] = field(default_factory=Counter)
+    #: Readings older than the held one (ignored).
+    late: int = 0
+    presses: int = 0
+
+
+
+class Resampler:
+    """Sample and hold for one stream (module docstring)."""
+
+    def __init__(self, period: float, *, stale_after: float | None = None) -> None:
+        self.period = period
+        self.stale_after = stale_after
+        self.counters = ResamplerCounters()
+        self._held: Reading | Unreadable | None = None
+        self._online = True  # until the availability topic says otherwise (it may never speak)
+        self._connected = True
+        self._press = False
+        self._pending: deque[_Observation] = deque()
+
+    # -- what arrives (with the daemon's receive time) -----------------------------------------
+    def reading(self, r: Reading | Unreadable, recv: float) -> None:
+        self._queue(_Observation(recv, reading=r))
+
+    @property
+    def connected(self) -> bool:
+        """The daemon's broker connection as last reported (applied, or waiting for its tick)."""
+        return next((o.connected for o in reversed(self._pending) if o.connected is not None), self._connected)
+
+    def holds_reading(self) -> bool:
+        """Will a reading be held once what has arrived is applied?"""
+        held = isinstance(self._held, Reading)
+        for o in self._pending:
+            if o.online is False or o.connected is not None:
+                held = False
+            if o.reading is not None:  # (a late reading is ignored, but then a reading was held)
+                held = isinstance(o.reading, Reading)
+        return held
+
+    def availability(self, online: bool, recv: float) -> None:
+        self._queue(_Observation(recv, online=online))
+
+    def press(self, recv: float) -> None:
+        self._queue(_Observation(recv, press=True))
+
+    def connection(self, up: bool, recv: float) -> None:
+        """The daemon's broker connection went down (``up`` False) or came back (True)."""
+        self._queue(_Observation(recv, connected=up))
+
+    def _queue(self, obs: _Observation) -> None:
+        self._pending.append(obs)
+        while len(self._pending) > MAX_PENDING:
+            self._apply(self._pending.popleft())
+
+    def _apply(self, obs: _Observation) -> None:
+        if obs.press:
+            self._press = True
+            self.counters.presses += 1
+        if obs.connected is not None:
+            self._connected = obs.connected
+            self._held = None  # what was held may have changed unseen: only a fresh reading counts
+        if obs.online is not None:
+            if not obs.online:
+                self._held = None  # when it comes back, only a fresh reading counts
+            self._online = obs.online
+        r = obs.reading
+        if r is not None:
+            if isinstance(self._held, Reading) and r.ts < self._held.ts:
+                self.counters.late += 1
+            else:
+                self._held = r
+
+    # -- one tick ------------------------------------------------------------------------------
+    def sample(self, g: float) -> Sample:
+        """The step at grid time ``g`` (ticks come in increasing order)."""
+        while self._pending and self._pending[0].recv <= g:
+            self._apply(self._pending.popleft())
+        private, self._press = self._press, False
+        held = self._held
+        if not self._connected:
+            reason: str | None = "disconnected"
+        elif not self._online:
+            reason = "offline"
+        elif held is None:
+            reason = "no-reading"
+        elif isinstance(held, Unreadable):
+            reason = held.reason
+        elif self.stale_after is not None and g - held.ts > self.stale_after:
+            reason = "stale"
+        else:
+            return Sample(g, held.value, None, private)
+        self.counters.unknown[reason] += 1
+        return Sample(g, None, reason, private, held.message if isinstance(held, Unreadable) else None)

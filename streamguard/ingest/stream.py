@@ -1,0 +1,218 @@
+"""The ingest streams at run time: MQTT messages in, the stream's steps out (issue 10).
+
+:class:`IngestStream` owns one mapped stream's extractor, button, resampler (or, for a source the
+operator states is periodic, none) and steps recorder. A step goes to the stream's runtime as the
+daemon's own frame ``{"value", "ts", "private"}`` — ``ts`` the grid time — or, when its reading is
+unknown, as a :class:`~streamguard.stream.records.Rejection` with the reason, so that it is handled
+exactly like a rejected frame (redacted with probability 1, occupies its step, counted).
+
+- **Resampled** (``sample_period``, not ``periodic``): messages only update the resampler; steps
+  come from :meth:`IngestStream.tick`, driven by the grid task (:mod:`.grid`). A retained message
+  is the broker's memory of the device's state: it is held when nothing else is (at start-up, after
+  the device was offline) and skipped otherwise (a reconnect redelivers it, and it may be older
+  than the reading held); a republished unchanged state changes nothing. Neither makes a step.
+- **Periodic** (``periodic = true``): each mapped message is a step, at its timestamp (payload
+  field, else receive time); a retained message is a previous run's step and is skipped;
+  availability is not used (there is no tick to make unknown). The privacy button marks the newest
+  step (``{"private": "now"}``).
+
+:class:`IngestHub` holds the ingest streams of a daemon: the topic filters to subscribe to, the
+routing of a message to every stream it concerns, the grid tasks and the status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from ..config import Settings, StreamConfig
+from ..stream.records import Rejection
+from .grid import Clock, Sleep, run_grid
+from .mapping import Extractor, Mapping, Reading, Unreadable, pressed
+from .presets import resolve, resolve_button
+from .recorder import StepRecorder
+from .resampler import Resampler, Sample
+
+log = logging.getLogger(__name__)
+
+#: What a step is handed to the runtime as: frame bytes, or the rejection of an unknown reading.
+StepInput = bytes | Rejection
+NOW_COMMAND = b'{"private":"now"}'
+
+_UNKNOWN_MESSAGES = {
+    "no-reading": "no reading received yet",
+    "disconnected": "the daemon is not connected to the broker",
+    "offline": "the device is offline",
+    "stale": "the held reading is older than stale_after",
+}
+
+
+class IngestStream:
+    """One mapped stream (module docstring)."""
+
+    def __init__(self, cfg: StreamConfig) -> None:
+        assert cfg.ingest is not None
+        self.cfg = cfg
+        self.name = cfg.name
+        self.mapping: Mapping = resolve(cfg.ingest)
+        self.extractor = Extractor(self.mapping, cfg.state_map())
+        button = cfg.ingest.button
+        self.button: Mapping | None = None if button is None else resolve_button(button)
+        self.presses = frozenset(() if button is None else button.press)
+        self.resampler: Resampler | None = None
+        if cfg.resampled():
+            assert cfg.sample_period is not None
+            self.resampler = Resampler(cfg.sample_period, stale_after=cfg.stale_after)
+        self.recorder = None if cfg.record is None else StepRecorder(
+            cfg.record.steps_file, max_steps=cfg.record.max_steps, stream=cfg.name)
+        self.messages = 0
+        self.retained_skipped = 0
+        self.missed_ticks = 0
+
+    def filters(self) -> list[str]:
+        out = self.mapping.filters()
+        if self.button is not None:
+            out += self.button.filters()
+        return out
+
+    # -- messages -----------------------------------------------------------------------------
+    def on_message(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, StepInput]]:
+        """Apply one message; returns what goes to the runtime now, as ("frame", input) or
+        ("command", bytes) — nothing for a resampled stream, whose steps come from :meth:`tick`."""
+        out: list[tuple[str, StepInput]] = []
+        if self.button is not None and not retain and pressed(self.button, self.presses, topic, payload):
+            self.messages += 1
+            if self.resampler is not None:
+                self.resampler.press(now)
+            else:
+                out.append(("command", NOW_COMMAND))
+        online = self.extractor.availability(topic, payload)
+        if online is not None:
+            self.messages += 1
+            if self.resampler is not None:
+                self.resampler.availability(online, now)
+        reading = self.extractor.reading(topic, payload, recv=now)
+        if reading is None:
+            return out
+        self.messages += 1
+        if self.resampler is not None:
+            if retain and self.resampler.holds_reading():
+                self.retained_skipped += 1  # redelivered on a reconnect: maybe older than what is held
+            else:
+                self.resampler.reading(reading, now)
+        elif retain:
+            self.retained_skipped += 1
+        else:
+            value = reading.value if isinstance(reading, Reading) else None
+            message = reading.message if isinstance(reading, Unreadable) else None
+            out.append(("frame", self._input(Sample(reading.ts, value, _reason(reading), False, message))))
+        return out
+
+    # -- ticks --------------------------------------------------------------------------------
+    def tick(self, g: float) -> StepInput:
+        """The step of grid time ``g`` (resampled streams)."""
+        assert self.resampler is not None
+        return self._input(self.resampler.sample(g))
+
+    def _input(self, s: Sample) -> StepInput:
+        if self.recorder is not None:
+            self.recorder.step(s.value, s.ts)
+        if s.value is None:
+            assert s.reason is not None
+            message = s.message or _UNKNOWN_MESSAGES[s.reason]
+            return Rejection(s.reason, message, private=s.private, ts=s.ts)
+        return json.dumps({"value": s.value, "ts": s.ts, "private": s.private}, separators=(",", ":")).encode()
+
+    def status(self) -> dict[str, Any]:
+        """What the published privacy status says about the stream's input: the mapping, the timing
+        and the unknown steps by reason — counted per tick, so value-independent in their times.
+        Nothing counted per raw message is published: the count of an on-change sensor's messages,
+        refreshed with the status every few seconds, would tell when its value changed (notes/
+        sensor-ecosystem.md §4); those counts are in :meth:`local_counters`, for the log."""
+        doc: dict[str, Any] = {"preset": self.mapping.preset, "topics": self.filters()}
+        if self.resampler is not None:
+            doc["timing"] = (f"resampled: one step per {self.cfg.sample_period:g} s tick of the wall-clock grid, "
+                             "stamped with the tick (publish times depend on the grid only)")
+            doc["sample_period"] = self.cfg.sample_period
+            doc["stale_after"] = self.cfg.stale_after
+            doc["missed_ticks"] = self.missed_ticks
+            doc["unknown_steps"] = dict(self.resampler.counters.unknown)
+        else:
+            doc["timing"] = ("stated periodic by the operator (not checked): each message is a step; "
+                             "if the source reports on change, its message times reveal the changes")
+        return doc
+
+    def local_counters(self) -> dict[str, int]:
+        """Counts of raw messages (never published; logged once at shutdown)."""
+        out = {"messages": self.messages, "retained_skipped": self.retained_skipped}
+        if self.resampler is not None:
+            out |= {"late_readings": self.resampler.counters.late, "button_presses": self.resampler.counters.presses}
+        return out
+
+    def close(self) -> None:
+        log.info("stream %s: sensor messages %s", self.name, self.local_counters())
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def _reason(r: Reading | Unreadable) -> str | None:
+    return r.reason if isinstance(r, Unreadable) else None
+
+
+class IngestHub:
+    """The ingest streams of one daemon (module docstring). ``clock``/``sleep`` drive the grid
+    (tests pass a fake clock)."""
+
+    def __init__(self, settings: Settings, *, clock: Clock = time.time,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.streams = {c.name: IngestStream(c) for c in settings.streams if c.ingest is not None}
+        self.clock = clock
+        self.sleep: Sleep = sleep
+        #: Messages routed so far (a test's fence: everything published before was seen).
+        self.routed = 0
+
+    def filters(self) -> list[str]:
+        """Every topic filter to subscribe to, each once."""
+        return list(dict.fromkeys(f for s in self.streams.values() for f in s.filters()))
+
+    def route(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, str, StepInput]]:
+        """(stream, "frame"|"command", input) for everything one message makes at once."""
+        self.routed += 1
+        return [(name, kind, data) for name, s in self.streams.items()
+                for kind, data in s.on_message(topic, payload, retain=retain, now=now)]
+
+    def grid_tasks(self, feed: Callable[[str, StepInput, float], Awaitable[None]]) -> list[Coroutine[Any, Any, None]]:
+        """One grid task per resampled stream; ``feed(stream, input, now)`` takes each step."""
+        tasks = []
+        for s in self.streams.values():
+            if s.resampler is None:
+                continue
+
+            async def on_tick(g: float, now: float, s: IngestStream = s) -> None:
+                await feed(s.name, s.tick(g), now)
+
+            def missed(n: int, s: IngestStream = s) -> None:
+                s.missed_ticks += n
+
+            tasks.append(run_grid(s.resampler.period, on_tick, clock=self.clock, sleep=self.sleep, on_missed=missed))
+        return tasks
+
+    def connection(self, up: bool) -> None:
+        """The daemon's control connection (which carries the sensors' messages) went down or
+        came back: the resampled streams' held readings are no longer known (resampler.py)."""
+        now = self.clock()
+        for s in self.streams.values():
+            if s.resampler is not None:
+                s.resampler.connection(up, now)
+
+    def status(self, stream: str) -> dict[str, Any] | None:
+        s = self.streams.get(stream)
+        return None if s is None else s.status()
+
+    def close(self) -> None:
+        for s in self.streams.values():
+            s.close()

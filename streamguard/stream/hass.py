@@ -1,0 +1,198 @@
+"""Home Assistant MQTT discovery of the sanitized streams (issue 10; notes/sensor-ecosystem.md §3).
+
+With ``[homeassistant] enabled = true`` the daemon announces one Home Assistant entity per stream,
+as a retained discovery config on ``<prefix>/<component>/streamguard_<device>/<stream>/config``:
+
+- a **binary_sensor** for a two-state stream (``device_class`` from the stream's
+  ``[streams.homeassistant]``; the ``on`` label, default the second state, is ``ON``), an **enum
+  sensor** (``device_class: enum``, ``options``: every value the stream can publish) for more;
+- its state comes from the stream's sanitized records (``<base>/<device>/<stream>/data``), never
+  from anything raw: the value template renders a released value, and renders a **redacted**
+  record as ``None``, which Home Assistant shows as *unknown* (binary_sensor: always; enum
+  sensor: since Home Assistant 2024.10, home-assistant/core#127032 — older versions reject it
+  and keep the previous state). A redacted record therefore never shows as the last value. With
+  ``publish.batch_max > 1`` a message holds a list of records and the entity shows the last one;
+- its attributes say that it is privatized: ``seq``, ``redacted``, ``mode`` (csprng or
+  deterministic) and ``privacy_status_topic`` (the stream's retained privacy status);
+- its availability is the daemon's retained status (``online``/``offline``, the will included).
+
+Home Assistant announces itself with ``online`` on ``<prefix>/status`` (its birth message) and
+then reads retained configs again; the daemon re-sends every config when it sees that, and on
+every (re)connection.
+
+**Removal.** The outbox database remembers every config topic announced (a topic is remembered
+before its config is published). At each connection, a remembered topic that the current
+configuration no longer produces (a stream removed or renamed, its component changed, the
+prefix changed, or discovery turned off) gets an empty retained payload — Home Assistant deletes
+the entity — and is forgotten only after the broker acknowledged that. Nothing here publishes or
+logs a reading: configs hold names, labels and topics only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import __version__
+from ..config import ConfigError, Settings, hass_options_problem
+from .channel_runtime import ChannelRuntime
+from .outbox import AsyncOutbox, Outbox
+from .runtime import StreamRuntime
+from .transport import Message, Transport
+
+#: Birth messages closer together than this (seconds) get one re-announcement: a client flooding
+#: ``<prefix>/status`` cannot make the daemon re-publish every config per message.
+RESEND_INTERVAL = 5.0
+#: Template pieces: the sanitized record of a message (a batch is a list: its last record), and
+#: the start of the value template's ``if``: a redacted record renders ``None`` (*unknown*).
+_RECORD = "{% set r = value_json if value_json is mapping else value_json | last %}"
+_REDACTED = "{% if r.redacted or r.value is none %}None"
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One stream's discovery config: where it is published and what it says."""
+
+    stream: str
+    component: str  # "binary_sensor" or "sensor"
+    topic: str
+    config: dict[str, Any]
+
+    def payload(self) -> bytes:
+        return json.dumps(self.config, sort_keys=True, separators=(",", ":")).encode()
+
+
+def display(value: Any) -> str:
+    """How Home Assistant's template shows a published (not redacted) record value: a label as it
+    is, a bin's lower edge as Python prints the float, a merged group of states (a channel output)
+    as its members joined by ``|`` — exactly what the value template renders."""
+    if isinstance(value, list):
+        return "|".join(display(v) for v in value)
+    return str(value)
+
+
+def published_values(rt: StreamRuntime) -> list[Any]:
+    """Every value a record of ``rt`` can carry when it is not redacted (JSON-ready): the states'
+    labels (or bin edges), or for a channel stream the label of each channel output."""
+    if isinstance(rt, ChannelRuntime):
+        out: list[Any] = []
+        for sym in rt.channel.outputs:
+            out.append([rt.states.label_of(x) for x in sym] if isinstance(sym, tuple) else rt.states.label_of(sym))
+        return out
+    return [rt.states.label_of(i) for i in range(rt.states.k)]
+
+
+def _literal(value: Any) -> str:
+    """A Jinja literal equal to the JSON value (strings as escaped ASCII; floats by repr)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def _binary_template(on: Any, off: Any) -> str:
+    return (f"{_RECORD}{_REDACTED}{{% elif r.value == {_literal(on)} %}}ON"
+            f"{{% elif r.value == {_literal(off)} %}}OFF{{% else %}}None{{% endif %}}")
+
+
+_ENUM_TEMPLATE = (f"{_RECORD}{_REDACTED}{{% elif r.value is string %}}{{{{ r.value }}}}"
+                  "{% elif r.value is sequence %}{{ r.value | join('|') }}{% else %}{{ r.value }}{% endif %}")
+
+
+def _attributes_template(privacy_topic: str) -> str:
+    return (f"{_RECORD}{{{{ {{\"seq\": r.seq, \"redacted\": r.redacted, \"mode\": r.mode, \"privatized\": true, "
+            f"\"privacy_status_topic\": {_literal(privacy_topic)}}} | tojson }}}}")
+
+
+def entity(settings: Settings, rt: StreamRuntime) -> Entity:
+    """The discovery config of one stream (module docstring). Raises :class:`ConfigError` for a
+    stream whose values cannot be told apart in Home Assistant (:func:`hass_options_problem`,
+    applied to every value it can publish, a channel's merged outputs included)."""
+    ha = rt.cfg.homeassistant
+    node = f"streamguard_{settings.device}"
+    config: dict[str, Any] = {
+        "name": ha.name or rt.name,
+        "unique_id": f"{node}_{rt.name}",
+        "state_topic": rt.data_topic(),
+        "json_attributes_topic": rt.data_topic(),
+        "json_attributes_template": _attributes_template(rt.privacy_topic()),
+        "availability_topic": settings.topic("status"),
+        "availability_template": "{{ value_json.state }}",
+        "payload_available": "online",
+        "payload_not_available": "offline",
+        "qos": 1,
+        "device": {
+            "identifiers": [node],
+            "name": f"streamguard {settings.device}",
+            "manufacturer": "streamguard",
+            "model": "on-device privatizer",
+            "sw_version": __version__,
+        },
+        "origin": {"name": "streamguard", "sw_version": __version__},
+    }
+    if rt.states.k == 2:
+        component = "binary_sensor"
+        on_state = 1 if ha.on is None else rt.states.labels.index(ha.on)  # type: ignore[union-attr]
+        on, off = rt.states.label_of(on_state), rt.states.label_of(1 - on_state)
+        config |= {"payload_on": "ON", "payload_off": "OFF", "value_template": _binary_template(on, off)}
+        if ha.device_class is not None:
+            config["device_class"] = ha.device_class
+    else:
+        component = "sensor"
+        options = [display(v) for v in published_values(rt)]
+        problem = hass_options_problem(options)
+        if problem is not None:
+            raise ConfigError(f"streams.{rt.name}: Home Assistant cannot show {problem} as an enum option")
+        config |= {"device_class": "enum", "options": options, "value_template": _ENUM_TEMPLATE}
+    topic = f"{settings.homeassistant.prefix}/{component}/{node}/{rt.name}/config"
+    return Entity(rt.name, component, topic, config)
+
+
+class Discovery:
+    """Announces (and removes) the streams' discovery configs for the daemon (module docstring).
+
+    The daemon calls :meth:`sync` once it is online on a connection, and again whenever
+    :meth:`wants_resend` says Home Assistant came online; :attr:`subscriptions` are the topics to
+    subscribe to (none when discovery is off: stale configs are still removed by :meth:`sync`)."""
+
+    def __init__(self, settings: Settings, runtimes: Iterable[StreamRuntime]) -> None:
+        ha = settings.homeassistant
+        self.enabled = ha.enabled
+        self.status_topic = f"{ha.prefix}/status"
+        self.entities: dict[str, Entity] = {}
+        self._last_resend = -RESEND_INTERVAL
+        if ha.enabled:
+            for rt in runtimes:
+                e = entity(settings, rt)
+                self.entities[e.topic] = e
+
+    @property
+    def subscriptions(self) -> list[str]:
+        return [self.status_topic] if self.enabled else []
+
+    def wants_resend(self, msg: Message) -> bool:
+        """Is ``msg`` Home Assistant's birth message (``online`` on ``<prefix>/status``), the first
+        one in ``RESEND_INTERVAL`` seconds? (A later one is left to the caller's routing, which
+        has no route for it.)"""
+        if not (self.enabled and msg.topic == self.status_topic and msg.payload.strip() == b"online"):
+            return False
+        now = time.monotonic()
+        if now - self._last_resend < RESEND_INTERVAL:
+            return False
+        self._last_resend = now
+        return True
+
+    async def sync(self, t: Transport, box: AsyncOutbox) -> None:
+        """Remove every remembered config the configuration no longer produces (empty retained
+        payload, forgotten once acknowledged), then publish every current config retained
+        (remembered first). Raises the transport's error when the connection fails: the next
+        connection syncs again."""
+        remembered = await box.run(Outbox.announced)
+        for topic in sorted(remembered - self.entities.keys()):
+            await t.publish(topic, b"", retain=True)
+            await box.run(Outbox.set_announced, topic, False)
+        for topic, e in self.entities.items():
+            if topic not in remembered:
+                await box.run(Outbox.set_announced, topic, True)
+            await t.publish(topic, e.payload(), retain=True)
+
