@@ -413,8 +413,9 @@ class StreamConfig(_Strict):
         if self.model.initial is not None and len(self.model.initial) != chain.k:
             raise ValueError(f"model.initial: one probability per state ({chain.k})")
         if self.mechanism == "redaction":
-            if chain.k != 2:
-                raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
+            if chain.k > 2 and not (chain.is_irreducible and chain.period == 1):
+                raise ValueError("3R redaction of a k-state stream needs an irreducible aperiodic chain "
+                                 "(no window would ever end)")
             if self.epsilon is None:
                 raise ValueError("epsilon: a redaction stream needs its budget per private position")
             if self.channel is not None:
@@ -423,6 +424,10 @@ class StreamConfig(_Strict):
                 raise ValueError("split: the left budget must lie in [0, epsilon]")
         elif self.channel is None:
             raise ValueError('channel: mechanism = "channel" needs a [streams.channel] table')
+        elif self.schedule:
+            raise ValueError('schedule: private positions need mechanism = "redaction" (a channel stream can only '
+                             'withhold the scheduled records, which does not protect them from their correlated '
+                             'neighbours)')
         for a in self.aggregates:
             if a.query == "count" and a.state not in (self.labels or []):
                 raise ValueError("aggregates: state must be one of the stream's labels")

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from true_world import (brute_force_leakage, combine_copies, transition, true_leakage,
+from true_world import (brute_force_leakage, combine_copies, sampled_over_initial, transition, true_leakage,
                         worst_over_initial)
 
 
@@ -164,3 +164,35 @@ def test_bad_inputs_are_refused() -> None:
         true_leakage(P, [0.6, 0.6], [[1.0, 1.0]], 0)
     with pytest.raises(ValueError, match="at most"):
         brute_force_leakage(P, [0.5, 0.5], [[1.0, 1.0]] * 9, 0)
+
+
+def _k_chain(rng: np.random.Generator, k: int, kind: int) -> np.ndarray:
+    if kind == 0:  # random, not reversible
+        return rng.dirichlet(np.full(k, 0.6), size=k)
+    if kind == 1:  # sticky
+        return 0.8 * np.eye(k) + 0.2 * rng.dirichlet(np.ones(k), size=k)
+    P = 0.2 * np.eye(k) + 0.8 * np.roll(np.eye(k), 1, axis=1)  # cyclic, zeros
+    return P
+
+
+def test_k_states_against_brute_force_and_the_simplex() -> None:
+    """k = 3, 4: exact vs enumeration for random laws; the worst case over laws (edges of the
+    simplex) is ≥ the leakage at sampled interior laws and ≥ brute force at them."""
+    rng = np.random.default_rng(5)
+    for i in range(4):
+        k = 3 + i % 2
+        P = _k_chain(rng, k, (i + i // 2) % 3)
+        n = 5 if k == 3 else 4
+        rows = rng.uniform(0, 1, (n, k))
+        rows[rng.uniform(size=(n, k)) < 0.3] = 0.0
+        rows[rng.uniform(size=(n, k)) < 0.3] = 1.0
+        mu = rng.dirichlet(np.ones(k))
+        laws = rng.dirichlet(np.full(k, 0.3), size=6)
+        for p in range(n):
+            assert _same(true_leakage(P, mu, rows, p).total, brute_force_leakage(P, mu, rows, p)), (i, p)
+            if p not in (n // 2, n - 1):
+                continue
+            worst = worst_over_initial(P, rows, p).total
+            assert sampled_over_initial(P, rows, p, laws) <= worst + 1e-9
+            assert brute_force_leakage(P, laws[0], rows, p) <= worst + 1e-9
+    assert combine_copies([(0.5, 1.0, 0.2), (0.5, 0.2, 1.0)], k=3).tolist() == [0.25, 0.2, 0.2]

@@ -1,13 +1,13 @@
-"""The tests' own evaluator of the *true world*: the exact leakage about one step of a binary
-Markov chain whose steps are redacted independently, written from the definitions with numpy
+"""The tests' own evaluator of the *true world*: the exact leakage about one step of a k-state
+(binary or larger) Markov chain whose steps are redacted independently, written from the definitions with numpy
 only. It deliberately shares no code with streamguard (no streamguard.audit, .redaction,
 .channel or .stream.privatizer), so that a test built on it checks the daemon's claims against
 an independent computation.
 
-The world (states 0 = "lo", 1 = "hi"): steps t = 0..n-1 of a chain with transition matrix
-P = [[1-α, α], [β, 1-β]] (0 < α, β < 1) and initial law μ. Step t emits, independently given
-X_t, either ⊥ or the exact value X_t; ``rows[t] = (Pr(⊥ | X_t=0), Pr(⊥ | X_t=1))`` is its
-*effective* redaction row: (1, 1) for a step that published nothing (rejected, lost, never
+The world (binary: states 0 = "lo", 1 = "hi"): steps t = 0..n-1 of a chain with transition matrix
+P (binary: [[1-α, α], [β, 1-β]], 0 < α, β < 1) and initial law μ. Step t emits, independently given
+X_t, either ⊥ or the exact value X_t; ``rows[t] = (Pr(⊥ | X_t=0), …, Pr(⊥ | X_t=k−1))`` is its
+*effective* redaction row: all ones for a step that published nothing (rejected, lost, never
 sent), the row used for a step published once, and the element-wise product of the rows for a
 step published several times with independent draws (:func:`combine_copies`).
 
@@ -28,8 +28,11 @@ every y of one class (the constant of proportionality is the same for a and b, s
   / π_p(a) (π_t = μ P^t; the factor π_p-j(x) only decides whether the class has positive
   probability); "all redacted to the start" gives [μ D_0 P D_1 … D_p-1 P]_a / π_p(a).
 
-Each left term is (linear in u = μ(1)) / (linear in u) component-wise, which is what
-:func:`worst_over_initial` maximises over the whole simplex.
+Each left term is (linear in μ) / (linear in μ) component-wise, which is what
+:func:`worst_over_initial` maximises over the whole simplex: for two states on the segment
+μ = (1 − u, u) exactly; for k states on every edge of the simplex (δ_i to δ_j) exactly, which is the
+supremum because a product of two linear-fractional functions attains its supremum over a polytope
+on an edge (docs/k-state-redaction.md §4; :func:`sampled_over_initial` checks it by sampling).
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ from numpy.polynomial import Polynomial
 from numpy.typing import ArrayLike, NDArray
 
 Array = NDArray[np.float64]
-#: The two ordered pairs (a, b), a ≠ b, of a binary state.
-PAIRS = ((0, 1), (1, 0))
-#: Largest chain :func:`brute_force_leakage` enumerates (2^n paths × 3^n outputs).
-BRUTE_MAX_STEPS = 8
+#: Largest chain :func:`brute_force_leakage` enumerates: k^n paths × (k+1)^n outputs ≤ 6^8 (binary: n ≤ 8).
+BRUTE_MAX_CASES = 6**8
+
+
+def pairs(k: int) -> list[tuple[int, int]]:
+    """The ordered pairs (a, b), a ≠ b, of k states."""
+    return [(a, b) for a in range(k) for b in range(k) if a != b]
 
 
 def transition(alpha: float, beta: float) -> Array:
@@ -57,9 +63,9 @@ def transition(alpha: float, beta: float) -> Array:
     return np.array([[1.0 - alpha, alpha], [beta, 1.0 - beta]])
 
 
-def combine_copies(copies: Iterable[ArrayLike]) -> Array:
+def combine_copies(copies: Iterable[ArrayLike], k: int = 2) -> Array:
     """The effective row of a step published as several copies with independent draws: the
-    element-wise product of their rows ((1, 1) for no copy).
+    element-wise product of their rows (all ones for no copy).
 
     Why the product is exact: copy i of step t shows ⊥ with probability ρ_i(X_t), else X_t. The
     probability that every copy is ⊥ is Π_i ρ_i(X_t). An output in which some copy shows the
@@ -68,32 +74,32 @@ def combine_copies(copies: Iterable[ArrayLike]) -> Array:
     same as for the single output "x released" — c(x) multiplies numerator and denominator
     alike and does not depend on X_p. Once a copy shows the value, further copies add nothing;
     the step is the single emission with redaction row Π_i ρ_i."""
-    row = np.ones(2)
+    row = np.ones(k)
     for c in copies:
-        row = row * _row(c)
+        row = row * _row(c, k)
     return row
 
 
-def _row(r: ArrayLike) -> Array:
-    out = np.asarray(r, dtype=float).reshape(2)
-    if not np.all((out >= 0.0) & (out <= 1.0)):
-        raise ValueError("a redaction row holds two probabilities in [0, 1]")
+def _row(r: ArrayLike, k: int) -> Array:
+    out = np.asarray(r, dtype=float).reshape(-1)
+    if out.shape != (k,) or not np.all((out >= 0.0) & (out <= 1.0)):
+        raise ValueError("a redaction row holds k probabilities in [0, 1]")
     return out
 
 
 def _rows(rows: ArrayLike) -> Array:
     out = np.asarray(rows, dtype=float)
-    if out.ndim != 2 or out.shape[1] != 2 or out.shape[0] == 0:
-        raise ValueError("rows must be an (n, 2) array with n ≥ 1")
+    if out.ndim != 2 or out.shape[1] < 2 or out.shape[0] == 0:
+        raise ValueError("rows must be an (n, k) array with n ≥ 1, k ≥ 2")
     if not np.all((out >= 0.0) & (out <= 1.0)):
         raise ValueError("rows must hold probabilities in [0, 1]")
     return out
 
 
-def _law(mu: ArrayLike) -> Array:
-    out = np.asarray(mu, dtype=float).reshape(2)
-    if np.any(out < 0.0) or abs(out.sum() - 1.0) > 1e-12:
-        raise ValueError("mu must be a probability vector over the two states")
+def _law(mu: ArrayLike, k: int) -> Array:
+    out = np.asarray(mu, dtype=float).reshape(-1)
+    if out.shape != (k,) or np.any(out < 0.0) or abs(out.sum() - 1.0) > 1e-12:
+        raise ValueError("mu must be a probability vector over the k states")
     return out
 
 
@@ -105,47 +111,80 @@ def _scaled(m: Array) -> Array:
 
 @dataclass(frozen=True)
 class _Term:
-    """One class of outputs of one side: w(a) ∝ c(u)_a / π(u)_a for u = μ(1), where
-    c(u) = c0 + u (c1 − c0) and π(u) = π0 + u (π1 − π0) (both ≥ 0 on [0, 1])."""
+    """One class of outputs of one side: w(a) ∝ c(μ)_a / π(μ)_a, with c(μ) = Σ_i μ_i C[i] and
+    π(μ) = Σ_i μ_i PI[i] (row i: the value for μ = δ_i; all ≥ 0)."""
 
-    c0: Array
-    c1: Array
-    pi0: Array
-    pi1: Array
+    C: Array
+    PI: Array
+    varies: bool = True  # False: the same for every μ (right and centre terms)
 
     @classmethod
     def fixed(cls, w: Array) -> _Term:
-        one = np.ones(2)
-        return cls(w, w, one, one)
+        k = w.shape[0]
+        return cls(np.tile(w, (k, 1)), np.ones((k, k)), False)
 
-    def c(self, u: float) -> Array:
-        return (1.0 - u) * self.c0 + u * self.c1  # (not c0 + u (c1 − c0): no cancellation near u = 1)
-
-    def pi(self, u: float) -> Array:
-        return (1.0 - u) * self.pi0 + u * self.pi1
-
-    def value(self, a: int, b: int, u: float) -> float:
-        """log w(a)/w(b) at μ = (1-u, u); −inf if the class is impossible under a."""
-        return _log_ratio(self.c(u), self.pi(u), a, b)
+    def value(self, a: int, b: int, mu: Array) -> float:
+        """log w(a)/w(b) at μ; −inf if the class is impossible under a."""
+        return _log_ratio(mu @ self.C, mu @ self.PI, a, b)
 
     def sup(self, a: int, b: int) -> float:
-        """sup over u ∈ [0, 1] of :meth:`value`: endpoints (as limits) and the real roots in (0, 1)
-        of the derivative's numerator N'D − ND', N = c_a π_b, D = c_b π_a (degree ≤ 2)."""
+        """sup over every law μ of :meth:`value`: the largest segment supremum over the edges δ_i–δ_j."""
+        k = self.C.shape[0]
+        if not self.varies:
+            return _log_ratio(self.C[0], self.PI[0], a, b)
+        return max(self._segment(a, b, i, j) for i in range(k) for j in range(i + 1, k))
+
+    def _segment(self, a: int, b: int, i: int, j: int) -> float:
+        """sup over μ = (1 − u) δ_i + u δ_j, u ∈ [0, 1]: endpoints (as limits) and the real roots in
+        (0, 1) of the derivative's numerator N'D − ND', N = c_a π_b, D = c_b π_a (degree ≤ 2)."""
+        c0, c1, pi0, pi1 = self.C[i], self.C[j], self.PI[i], self.PI[j]
+
+        def c(u: float) -> Array:
+            return (1.0 - u) * c0 + u * c1  # (not c0 + u (c1 − c0): no cancellation near u = 1)
+
+        def pi(u: float) -> Array:
+            return (1.0 - u) * pi0 + u * pi1
+
         best = -math.inf
-        for u0, u1 in ((0.0, 1.0), (1.0, 0.0)):
-            c = self.c(u0)
-            if not np.any(c > 0.0):  # c vanishes at u0: c(u) ∝ c(u1) near it (c is linear)
-                c = self.c(u1)
-            best = max(best, _log_ratio(c, self.pi(u0), a, b))
-        ca, cb = Polynomial([self.c0[a], self.c1[a] - self.c0[a]]), Polynomial([self.c0[b], self.c1[b] - self.c0[b]])
-        pa, pb = (Polynomial([self.pi0[k], self.pi1[k] - self.pi0[k]]) for k in (a, b))
+        ca, cb = Polynomial([c0[a], c1[a] - c0[a]]), Polynomial([c0[b], c1[b] - c0[b]])
+        pa, pb = (Polynomial([pi0[m], pi1[m] - pi0[m]]) for m in (a, b))
         num, den = ca * pb, cb * pa
+        for u0, u1 in ((0.0, 1.0), (1.0, 0.0)):
+            cu = c(u0)
+            if not np.any(cu > 0.0):  # c vanishes at u0: c(u) ∝ c(u1) near it (c is linear)
+                cu = c(u1)
+            if np.all(pi(u0)[[a, b]] > 0.0):
+                best = max(best, _log_ratio(cu, pi(u0), a, b))
+            else:  # a secret impossible at this vertex: the limit u → u0 of N/D (k-state chains with zeros)
+                best = max(best, _log_limit(num, den, u0))
         slope = num.deriv() * den - num * den.deriv()
         if np.any(slope.coef != 0.0):
             for root in np.atleast_1d(slope.trim().roots()):
                 if abs(root.imag) <= 1e-12 and 0.0 < root.real < 1.0:
-                    best = max(best, self.value(a, b, float(root.real)))
+                    u = float(root.real)
+                    best = max(best, _log_ratio(c(u), pi(u), a, b))
         return best
+
+
+def _log_limit(num: Polynomial, den: Polynomial, u0: float) -> float:
+    """log of lim_{u → u0} num(u)/den(u) from inside [0, 1]: the lowest-order terms of both
+    polynomials around u0 decide (−inf if num vanishes faster, +inf if den does; nothing if both
+    vanish identically)."""
+    shift = Polynomial([u0, 1.0])  # u = u0 + v
+
+    def lowest(poly: Polynomial) -> tuple[int, float]:
+        coef = poly(shift).coef
+        nz = np.flatnonzero(np.abs(coef) > 1e-300)
+        return (int(nz[0]), float(coef[nz[0]])) if nz.size else (10**6, 0.0)
+
+    (dn, cn), (dd, cd) = lowest(num), lowest(den)
+    if cn == 0.0:
+        return -math.inf
+    if dn < dd:
+        return math.inf
+    if dn > dd:
+        return -math.inf
+    return math.log(abs(cn)) - math.log(abs(cd))
 
 
 def _log_ratio(c: Array, pi: Array, a: int, b: int) -> float:
@@ -158,12 +197,12 @@ def _log_ratio(c: Array, pi: Array, a: int, b: int) -> float:
 
 def _right_terms(P: Array, rows: Array, p: int) -> list[_Term]:
     """Terms of the outputs right of p (see the module docstring)."""
-    n = rows.shape[0]
+    n, k = rows.shape
     terms: list[_Term] = []
-    m = np.eye(2)  # m[a, x] ∝ Pr(y_p+1..t-1 = ⊥, X_t = x | X_p = a) once multiplied by P
+    m = np.eye(k)  # m[a, x] ∝ Pr(y_p+1..t-1 = ⊥, X_t = x | X_p = a) once multiplied by P
     for t in range(p + 1, n):
         m = _scaled(m @ P)
-        for x in (0, 1):
+        for x in range(k):
             if rows[t, x] < 1.0 and np.any(m[:, x] > 0.0):
                 terms.append(_Term.fixed(m[:, x].copy()))
         m = m * rows[t]  # · diag(rows[t]): step t redacted
@@ -173,29 +212,29 @@ def _right_terms(P: Array, rows: Array, p: int) -> list[_Term]:
 
 def _centre_terms(rows: Array, p: int) -> list[_Term]:
     r = rows[p]
-    return [_Term.fixed(r.copy()), _Term.fixed(np.array([1.0 - r[0], 0.0])),
-            _Term.fixed(np.array([0.0, 1.0 - r[1]]))]
+    k = r.shape[0]
+    return [_Term.fixed(r.copy())] + [_Term.fixed((1.0 - r[x]) * np.eye(k)[x]) for x in range(k)]
 
 
 def _left_terms(P: Array, rows: Array, p: int) -> list[_Term]:
-    """Terms of the outputs left of p as functions of u = μ(1) (see the module docstring)."""
+    """Terms of the outputs left of p as functions of μ (see the module docstring)."""
+    k = rows.shape[1]
     if p == 0:
-        return [_Term.fixed(np.ones(2))]
-    e0, e1 = np.array([1.0, 0.0]), np.array([0.0, 1.0])
-    powers = [np.eye(2)]
+        return [_Term.fixed(np.ones(k))]
+    powers = [np.eye(k)]
     for _ in range(p):
         powers.append(powers[-1] @ P)
-    pi0, pi1 = powers[p][0], powers[p][1]  # π_p for μ = δ_0 and μ = δ_1
+    PI = powers[p]  # row i: π_p for μ = δ_i
     terms: list[_Term] = []
     nmat = P.copy()  # [P D_s+1 P … D_p-1 P] for s = p-1, p-2, …, 0
     for s in range(p - 1, -1, -1):
-        for x in (0, 1):
+        for x in range(k):
             if rows[s, x] < 1.0 and np.any(nmat[x] > 0.0):
-                # the class has probability ∝ π_s(x) = μ P^s e_x, linear in u
-                terms.append(_Term(powers[s][0, x] * nmat[x], powers[s][1, x] * nmat[x], pi0, pi1))
+                # the class has probability ∝ π_s(x) = μ P^s e_x, linear in μ
+                terms.append(_Term(powers[s][:, x][:, None] * nmat[x][None, :], PI))
         if s > 0:
             nmat = _scaled(P @ (rows[s][:, None] * nmat))
-    terms.append(_Term((e0 * rows[0]) @ nmat, (e1 * rows[0]) @ nmat, pi0, pi1))  # all redacted to the start
+    terms.append(_Term(rows[0][:, None] * nmat, PI))  # all redacted to the start: row i = (δ_i D_0) nmat
     return terms
 
 
@@ -214,24 +253,34 @@ class Leakage:
     total: float
 
 
-def _combine(sides: Sequence[Sequence[_Term]], side_max: Callable[[_Term, int, int], float]) -> Leakage:
-    """Leakage from the (left, centre, right) terms, ``side_max`` giving one term's log-ratio."""
+def _combine(sides: Sequence[Sequence[_Term]], side_max: Callable[[_Term, int, int], float], k: int,
+             secrets: Sequence[int] | None = None) -> Leakage:
+    """Leakage from the (left, centre, right) terms, ``side_max`` giving one term's log-ratio, over
+    the ordered pairs of ``secrets`` (the values X_p can take; default all)."""
     left = right = total = -math.inf
-    for a, b in PAIRS:
+    ok = set(range(k) if secrets is None else secrets)
+    for a, b in pairs(k):
+        if a not in ok or b not in ok:
+            continue
         lm, cm, rm = (max(side_max(t, a, b) for t in terms) for terms in sides)
         assert -math.inf not in (lm, cm, rm), "every side has an output that is possible under a"
         left, right, total = max(left, lm), max(right, rm), max(total, lm + cm + rm)
     return Leakage(left, right, total)
 
 
+def _sides(P: Array, rows: Array, p: int) -> tuple[list[_Term], list[_Term], list[_Term]]:
+    return _left_terms(P, rows, p), _centre_terms(rows, p), _right_terms(P, rows, p)
+
+
 def true_leakage(P: ArrayLike, mu: ArrayLike, rows: ArrayLike, p: int) -> Leakage:
-    """Exact leakage about X_p in the true world (P, μ, rows), O(n). Requires Pr(X_p = a) > 0 for
-    both a when p ≥ 1 (true for 0 < α, β < 1); at p = 0 the leakage does not depend on μ."""
-    P, rows, mu = np.asarray(P, dtype=float), _rows(rows), _law(mu)
+    """Exact leakage about X_p in the true world (P, μ, rows), O(n·k³), over the values X_p can
+    take under μ (every pair when p = 0: the conditional law given X_0 does not involve μ)."""
+    P, rows = np.asarray(P, dtype=float), _rows(rows)
+    k = rows.shape[1]
+    mu = _law(mu, k)
     _check_position(rows, p)
-    u = float(mu[1])
-    sides = (_left_terms(P, rows, p), _centre_terms(rows, p), _right_terms(P, rows, p))
-    return _combine(sides, lambda t, a, b: t.value(a, b, u))
+    secrets = [a for a in range(k) if (mu @ np.linalg.matrix_power(P, p))[a] > 0] if p else None
+    return _combine(_sides(P, rows, p), lambda t, a, b: t.value(a, b, mu), k, secrets)
 
 
 def worst_over_initial(P: ArrayLike, rows: ArrayLike, p: int) -> Leakage:
@@ -239,37 +288,46 @@ def worst_over_initial(P: ArrayLike, rows: ArrayLike, p: int) -> Leakage:
     the guarantee a daemon that does not know μ must give."""
     P, rows = np.asarray(P, dtype=float), _rows(rows)
     _check_position(rows, p)
-    sides = (_left_terms(P, rows, p), _centre_terms(rows, p), _right_terms(P, rows, p))
-    return _combine(sides, lambda t, a, b: t.sup(a, b))
+    return _combine(_sides(P, rows, p), lambda t, a, b: t.sup(a, b), rows.shape[1])
+
+
+def sampled_over_initial(P: ArrayLike, rows: ArrayLike, p: int, laws: ArrayLike) -> float:
+    """max of :func:`true_leakage` over the given laws (a lower bound of the worst case; used to
+    check :func:`worst_over_initial`'s edge argument by sampling the simplex's interior)."""
+    best = -math.inf
+    for mu in np.asarray(laws, dtype=float):
+        best = max(best, true_leakage(P, mu, rows, p).total)
+    return best
 
 
 # -- brute force (the evaluator's own check) ---------------------------------------------------
 def brute_force_leakage(P: ArrayLike, mu: ArrayLike, rows: ArrayLike, p: int) -> float:
-    """L_p by enumerating all 2^n state paths and all 3^n output sequences (n ≤ 8), straight
-    from the definition: Pr(y | X_p=a) = Σ_paths with x_p=a μ(x_0) Π P Π e_t(y_t | x_t) / Pr(X_p=a).
-    At p = 0 the conditional law given X_0 does not involve μ, so μ is taken uniform there (the
-    definition needs Pr(X_0 = a) > 0 for both a)."""
-    P, rows, mu = np.asarray(P, dtype=float), _rows(rows), _law(mu)
-    n = rows.shape[0]
-    if n > BRUTE_MAX_STEPS:
-        raise ValueError(f"brute force enumerates at most {BRUTE_MAX_STEPS} steps")
+    """L_p by enumerating all k^n state paths and all (k+1)^n output sequences, straight from the
+    definition: Pr(y | X_p=a) = Σ_paths with x_p=a μ(x_0) Π P Π e_t(y_t | x_t) / Pr(X_p=a), over
+    the values a with Pr(X_p = a) > 0. At p = 0 the conditional law given X_0 does not involve μ,
+    so μ is taken uniform there."""
+    P, rows = np.asarray(P, dtype=float), _rows(rows)
+    n, k = rows.shape
+    mu = _law(mu, k)
+    if k**n * (k + 1) ** n > BRUTE_MAX_CASES:
+        raise ValueError(f"brute force enumerates at most {BRUTE_MAX_CASES} cases")
     _check_position(rows, p)
     if p == 0:
-        mu = np.array([0.5, 0.5])
-    paths = np.array(list(itertools.product((0, 1), repeat=n)), dtype=int)  # (2^n, n)
-    outs = np.array(list(itertools.product((0, 1, 2), repeat=n)), dtype=int)  # 2 = ⊥
+        mu = np.full(k, 1.0 / k)
+    paths = np.array(list(itertools.product(range(k), repeat=n)), dtype=int)  # (k^n, n)
+    outs = np.array(list(itertools.product(range(k + 1), repeat=n)), dtype=int)  # k = ⊥
     prior = mu[paths[:, 0]] * np.prod(P[paths[:, :-1], paths[:, 1:]], axis=1) if n > 1 else mu[paths[:, 0]]
     lik = np.ones((outs.shape[0], paths.shape[0]))
     for t in range(n):
         y, x = outs[:, t][:, None], paths[:, t][None, :]
-        e = np.where(y == 2, rows[t][x], np.where(y == x, 1.0 - rows[t][x], 0.0))
+        e = np.where(y == k, rows[t][x], np.where(y == x, 1.0 - rows[t][x], 0.0))
         lik *= e
-    joint = np.stack([lik[:, paths[:, p] == a] @ prior[paths[:, p] == a] for a in (0, 1)], axis=1)
+    joint = np.stack([lik[:, paths[:, p] == a] @ prior[paths[:, p] == a] for a in range(k)], axis=1)
     marg = joint.sum(axis=0)
-    assert np.all(marg > 0.0), "Pr(X_p = a) must be positive for both states"
-    cond = joint / marg
+    ok = [a for a in range(k) if marg[a] > 0.0]
+    cond = joint[:, ok] / marg[ok]
     best = -math.inf
-    for a, b in PAIRS:
+    for a, b in pairs(len(ok)):
         possible = cond[:, a] > 0.0
         if np.any(possible & (cond[:, b] <= 0.0)):
             return math.inf

@@ -30,9 +30,9 @@ Pr(X_p = ·) ∝ μ·Q. The sup over μ ∈ conv(M) and over outputs commute per
   functions of μ is largest at a vertex of M;
 - the all-redacted term: for two states, μ runs over a segment and the ratio is N(u)/D(u) with N, D
   products of two linear functions of u ∈ [0, 1]; its maximum is at an end or at a root of
-  N'D − ND' (degree ≤ 2) — exact. For k > 2 states the bound
-  max_x W(x,a)/Q(x,a) / min_x W(x,b)/Q(x,b) (each side a weighted mean of these conditionals) is used:
-  an upper bound, never an under-statement.
+  N'D − ND' (degree ≤ 2) — exact. For k > 2 states the ratio is a product of two linear-fractional
+  functions of μ, whose supremum over a polytope lies on an edge (docs/k-state-redaction.md §4), so
+  the same segment maximum over every pair of vertices is exact too.
 
 The sides of p are independent given X_p, so a pair's total is this left term plus the right side's
 term for the same pair (:func:`combine`).
@@ -56,19 +56,16 @@ def laws_at_distance(P: NDArray[np.float64], d: int, initial: NDArray[np.float64
     Binary chains: μP^{d'} = π + λ^{d'}(μ − π), so for d' ≥ d the laws lie on the segment spanned by
     the laws at d and d + 1 (and π, for a given μ); the rows of P^d and P^{d+1} (any μ) or μP^d,
     μP^{d+1} and π (given μ) are therefore vertices of a set containing them all — lost readings
-    before the window (a larger true distance) stay covered. For k > 2 states the same vertices are
-    used with the distance exactly d (only binary chains are planned by 3R).
+    before the window (a larger true distance) stay covered. For k > 2 states every law d' ≥ d steps
+    after the start is (μP^{d'−d})P^d, a mixture of the rows of P^d, so those rows are the vertices
+    (with a stated μ too: its own trajectory need not stay in a smaller hull).
     """
     k = P.shape[0]
     Pd = np.linalg.matrix_power(P, d)
-    if initial is None:
-        base = [Pd, Pd @ P] if k == 2 else [Pd]
-        return np.vstack(base)
+    if initial is None or k != 2:
+        return np.vstack([Pd, Pd @ P] if k == 2 else [Pd])
     mu = np.asarray(initial, dtype=np.float64)
-    rows = [mu @ Pd]
-    if k == 2:
-        rows += [mu @ Pd @ P, stationary_distribution(P)]
-    return np.vstack(rows)
+    return np.vstack([mu @ Pd, mu @ Pd @ P, stationary_distribution(P)])
 
 
 def _log_ratio(num: float, den: float) -> float:
@@ -82,6 +79,24 @@ def _log_ratio(num: float, den: float) -> float:
 
 
 @kernel
+def scaled_product(A, r, B, tmp):  # pragma: no cover - compiled
+    """B ← A · diag(r) · B, divided by its largest entry when that is > 0 (ratios within B are what
+    the audits use; the scaling keeps long redacted runs from underflowing). ``tmp``: (k, k) scratch."""
+    k = A.shape[0]
+    s = 0.0
+    for x in range(k):
+        for a in range(k):
+            acc = 0.0
+            for y in range(k):
+                acc += A[x, y] * r[y] * B[y, a]
+            tmp[x, a] = acc
+            s = max(s, acc)
+    for x in range(k):
+        for a in range(k):
+            B[x, a] = tmp[x, a] / s if s > 0.0 else tmp[x, a]
+
+
+@kernel
 def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no cover - compiled
     """Release terms of :func:`left_pairs` without the law factor: out[a, b] = max over (j, x) of
     log v_j(x,a) − log v_j(x,b) (−inf: none); the first record (j = steps) releases only the x with
@@ -92,34 +107,15 @@ def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no co
     v = kernels[0].copy()
     q = kernels[0].copy()
     tmp = np.empty((k, k))
+    ones = np.ones(k)
     for a in range(k):
         for b in range(k):
             out[a, b] = 0.0 if a == b else -np.inf
     for j in range(1, steps + 1):
         if j > 1:
             K = kernels[j - 1]
-            s = 0.0
-            for x in range(k):
-                for a in range(k):
-                    acc = 0.0
-                    for y in range(k):
-                        acc += K[x, y] * rows[j - 2, y] * v[y, a]
-                    tmp[x, a] = acc
-                    s = max(s, acc)
-            for x in range(k):
-                for a in range(k):
-                    v[x, a] = tmp[x, a] / s if s > 0.0 else tmp[x, a]
-            s = 0.0
-            for x in range(k):
-                for a in range(k):
-                    acc = 0.0
-                    for y in range(k):
-                        acc += K[x, y] * q[y, a]
-                    tmp[x, a] = acc
-                    s = max(s, acc)
-            for x in range(k):
-                for a in range(k):
-                    q[x, a] = tmp[x, a] / s
+            scaled_product(K, rows[j - 2], v, tmp)
+            scaled_product(K, ones, q, tmp)
         for x in range(k):
             if (j <= m and rows[j - 1, x] >= 1.0) or (j == steps and not first[x]):
                 continue  # never released at this distance
@@ -201,14 +197,18 @@ def _all_redacted(W: NDArray[np.float64], Q: NDArray[np.float64], laws: NDArray[
         mu = laws[0]
         return _log_ratio(float(mu @ W[:, a]) * float(mu @ Q[:, b]), float(mu @ W[:, b]) * float(mu @ Q[:, a]))
     if k != 2:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ha, hb = W[:, a] / Q[:, a], W[:, b] / Q[:, b]
-        if not (np.all(np.isfinite(ha)) and np.all(np.isfinite(hb))):
-            return math.inf
-        return _log_ratio(float(ha.max()), float(hb.min()))
+        # the sup of this product of two linear-fractional functions over a polytope lies on its
+        # edges (docs/k-state-redaction.md §4): the largest segment maximum over vertex pairs
+        v = laws.shape[0]
+        return max(_segment_max(W, Q, laws[i], laws[j], a, b) for i in range(v) for j in range(i + 1, v))
     # two states: the vertices lie on a segment; parametrise it by its two extreme laws
     order = np.argsort(laws[:, 1])
-    lo, hi = laws[order[0]], laws[order[-1]]
+    return _segment_max(W, Q, laws[order[0]], laws[order[-1]], a, b)
+
+
+def _segment_max(W: NDArray[np.float64], Q: NDArray[np.float64], lo: NDArray[np.float64],
+                 hi: NDArray[np.float64], a: int, b: int) -> float:
+    """max over μ(u) = lo + u (hi − lo), u ∈ [0, 1], of log (μW_a)(μQ_b) / ((μW_b)(μQ_a))."""
 
     def line(col: NDArray[np.float64]) -> tuple[float, float]:
         """(c0, c1): c0 + c1·u for μ(u) = lo + u (hi − lo)."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..audit.start import start_effect
 from ..model.robust import robust_stream_plan
+from ..redaction.kplan import stream_plan_for
 from .common import EXIT_CONFIG, stream_plan
 
 #: A redaction table by t − p prints at most this many runs of equal rows (first and last half).
@@ -50,7 +51,7 @@ def fold_rows(offsets: np.ndarray, rows: np.ndarray, limit: int = FOLD_RUNS) -> 
     for i in range(1, len(offsets) + 1):
         if i == len(offsets) or not np.array_equal(rows[i], rows[start]):
             span = f"{int(offsets[start]):+d}" if i - 1 == start else f"{int(offsets[start]):+d}…{int(offsets[i - 1]):+d}"
-            runs.append(f"{span} ({_num(rows[start][0])}, {_num(rows[start][1])})")
+            runs.append(f"{span} ({', '.join(_num(v) for v in rows[start])})")
             start = i
     if len(runs) > limit:
         half = limit // 2
@@ -83,11 +84,16 @@ def max_hold_warning(cfg: Any, delay: int) -> str | None:
 def _check_redaction_stream(cfg: Any) -> list[str]:
     ms = cfg.model_set()
     robust = None if ms is None else robust_stream_plan(ms, cfg.epsilon, design=cfg.design, split=cfg.split)
-    sp = (stream_plan(cfg.chain(), cfg.epsilon, cfg.design, cfg.split, label=f"stream {cfg.name}: ")
-          if robust is None else robust.evaluation_plan())
+    chain = cfg.chain()
+    if robust is not None:
+        sp = robust.evaluation_plan()
+    elif chain.is_binary:
+        sp = stream_plan(chain, cfg.epsilon, cfg.design, cfg.split, label=f"stream {cfg.name}: ")
+    else:  # k states: docs/k-state-redaction.md
+        sp = stream_plan_for(chain, cfg.epsilon, design=cfg.design, split=cfg.split)
     lk = sp.leakage()
     print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction "
-          f"ε={_num(cfg.epsilon, 6)}, design {cfg.design}, split ε_ℓ={_num(sp.left.budget, 6)} "
+          f"ε={_num(cfg.epsilon, 6)}, design {getattr(sp, 'design', cfg.design)}, split ε_ℓ={_num(sp.left.budget, 6)} "
           f"ε_r={_num(sp.right.budget, 6)}")
     print(_model_line(cfg))
     if robust is not None:
@@ -97,11 +103,13 @@ def _check_redaction_stream(cfg: Any) -> list[str]:
               f"α ∈ [{_num(a0, 6)}, {_num(a1, 6)}], β ∈ [{_num(b0, 6)}, {_num(b1, 6)}]; the plan's worst case "
               f"over it ≤ {_num(wc.bound, 6)} nats (attained at α={_num(wc.member[0], 6)}, "
               f"β={_num(wc.member[1], 6)}); the figures below are under that member")
-    print("  redaction (Pr(⊥|0), Pr(⊥|1)) by t − p: " + fold_rows(sp.offsets(), sp.table()))
+    print("  redaction (Pr(⊥|x) for each state x) by t − p: " + fold_rows(sp.offsets(), sp.table()))
     delay = sp.left_horizon if cfg.delay is None else cfg.delay
     print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"
           f"{f', max hold {_num(cfg.max_hold)} s' if cfg.max_hold else ''}; exact leakage {lk.total:.6f} nats")
     warnings = []
+    if not lk.total <= cfg.epsilon * (1 + 1e-12):
+        warnings.append(f"the plan's exact leakage {_num(lk.total, 6)} nats exceeds ε = {_num(cfg.epsilon)}")
     if delay < sp.left_horizon:
         warnings.append(f"delay {delay} < left horizon {sp.left_horizon}: marks on the newest record will be late")
     hold = max_hold_warning(cfg, delay)
@@ -144,6 +152,8 @@ def _check_channel_stream(cfg: Any) -> list[str]:
             warnings.append(f"the whole stream leaks {_num(leak['leakage'])} nats about one record, more than "
                             f"the per-record ε={_num(eps)}: correlated records add up; the per-record ε is not "
                             "the stream's guarantee")
+    print('  private flags withhold only the flagged record (not its correlated neighbours; each one is logged): '
+          'use mechanism = "redaction" for private positions')
     return warnings
 
 

@@ -22,6 +22,7 @@ from ..redaction.design import DESIGNS
 from ..redaction.plan import RedactionPlan, plan_redaction
 from . import robust
 from .common import CliError, json_arg, read_text, stream_plan
+from .kplan import cmd_kplan, kaudit
 
 
 def _split_arg(text: str) -> str | float:
@@ -179,6 +180,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if args.model is not None:
         return robust.cmd_plan_model(args)
+    if args.matrix is not None:
+        if args.alpha is not None or args.beta is not None:
+            raise CliError("give either --matrix or --alpha/--beta")
+        return cmd_kplan(args)
+    if args.design == "window":
+        raise CliError("--design window is for --matrix chains (binary chains: --baseline)")
     chain = _chain(args.alpha, args.beta, args.initial)
     if args.stream:
         return _stream_plan(args, chain)
@@ -231,6 +238,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.model is not None:
         return robust.audit_model(args, seq, doc, args.private or doc.get("private") or [])
     model = doc.get("model", {}) if isinstance(doc.get("model"), dict) else {}
+    if args.matrix is not None or (args.alpha is None and "matrix" in model):
+        return kaudit(args, doc, model)
     alpha = args.alpha if args.alpha is not None else model.get("alpha")
     beta = args.beta if args.beta is not None else model.get("beta")
     initial = args.initial if args.initial is not None else (
@@ -269,19 +278,23 @@ def register(sub: Any) -> None:
     model.add_argument("--initial", help='law of the first record as JSON, e.g. "[0.5, 0.5]" (default: stationary)')
     model.add_argument("--model", metavar="MODEL.json",
                        help="a model set (streamguard calibrate): plan robustly / audit the worst case over it")
+    model.add_argument("--matrix", help='k-state chain instead of --alpha/--beta: transition matrix as JSON, '
+                       'e.g. "[[0.8,0.2,0],[0.1,0.8,0.1],[0,0.2,0.8]]" (redaction rows then hold k probabilities)')
 
     p = sub.add_parser("plan", parents=[model], help="design a redaction plan for private positions",
                        description="Design 3R redaction (paper 000, corrected) or a baseline for a binary "
-                       "Markov chain of n records and report its exact leakage and utility.")
+                       "Markov chain of n records (or a k-state chain with --matrix, docs/k-state-redaction.md) "
+                       "and report its exact leakage and utility.")
     p.add_argument("--epsilon", type=float, required=True, help="privacy budget ε in nats, 0 < ε ≤ 1000")
     p.add_argument("--n", type=int, help="number of records (not with --stream)")
     p.add_argument("--private", type=int, action="append",
                    help="a private position (1-based); repeat for several")
     p.add_argument("--stream", action="store_true",
                    help="plan an unbounded stationary stream: a table by signed distance t − p")
-    p.add_argument("--design", choices=DESIGNS, default="optimal",
+    p.add_argument("--design", choices=DESIGNS + ("window",), default="optimal",
                    help="q design: paper (common q), optimal (convex-relaxation optimum), "
-                   "exact (smallest q by exact leakage); default optimal")
+                   "exact (smallest q by exact leakage); default optimal. With --matrix: exact "
+                   "(the default) or window (the data-independent baseline)")
     p.add_argument("--split", type=_split_arg, default="even",
                    help="budget split: even, optimize, or the left budget ε_ℓ (ε_r = ε − ε_ℓ); default even")
     p.add_argument("--threshold", type=_threshold_arg, default=None,
@@ -289,14 +302,18 @@ def register(sub: Any) -> None:
     p.add_argument("--baseline", choices=("none",) + BASELINES, default="none",
                    help="plan a data-independent baseline instead of 3R")
     p.add_argument("--brute", action="store_true", help="also compute the leakage by brute force (n ≤ 9)")
+    p.add_argument("--weights", help="--matrix only: utility weight per state as JSON (default all 1; "
+                   "a state of weight 0 is never released near a private position)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw influences, thresholds and regions (needs matplotlib)")
     p.set_defaults(func=cmd_plan)
 
     a = sub.add_parser("audit", parents=[model], help="exact leakage of given emission tables",
                        description="Exact LDP leakage about private positions of any sequence of local "
-                       "channels under a binary Markov chain. FILE is JSON with 'emissions' (per record "
-                       "[[e(y|0),...],[e(y|1),...]]) or 'redaction' ([Pr(⊥|0), Pr(⊥|1)] per record); "
+                       "channels under a binary Markov chain, or a k-state one with --matrix ('redaction' rows of k "
+                       "probabilities exactly; k-state 'emissions' by enumeration, small n). FILE is JSON with "
+                       "'emissions' (per record [[e(y|0),...],[e(y|1),...]]) or 'redaction' ([Pr(⊥|0), Pr(⊥|1)] "
+                       "per record); "
                        "the output of 'plan --json' is accepted as is, model included.")
     a.add_argument("file", help="JSON emission file")
     a.add_argument("--private", type=int, action="append", help="a private position (1-based); repeat")

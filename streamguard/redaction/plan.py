@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,7 +35,7 @@ from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..sampling import BitSource, apply_redaction, thresholds
 from .regions import L, NAMES, S
-from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side
+from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side, plan_side
 
 SPLITS = ("even", "optimize")
 _SPLIT_GRID = 16
@@ -254,8 +255,35 @@ def plan_redaction(
     return finalize(chain, n, ps, eps, design, red, regions, splits)
 
 
+class SignedTable:
+    """A table by signed distance d = t − p built from a plan's two sides (``left``, ``right``:
+    ``red[d−1]`` is the row at distance d, ``horizon`` the last redacting distance) and its
+    ``chain``: shared by the binary and the k-state stream plans."""
+
+    chain: MarkovChain
+    left: Any
+    right: Any
+
+    @property
+    def left_horizon(self) -> int:
+        return int(self.left.horizon)
+
+    @property
+    def right_horizon(self) -> int:
+        return int(self.right.horizon)
+
+    def offsets(self) -> NDArray[np.int64]:
+        return np.arange(-self.left_horizon, self.right_horizon + 1)
+
+    def table(self) -> NDArray[np.float64]:
+        """(left_horizon + right_horizon + 1, k) redaction rows for offsets −H_ℓ..H_r (p: all ones)."""
+        rows = [self.left.red[: self.left_horizon][::-1], np.ones((1, self.chain.k)),
+                self.right.red[: self.right_horizon]]
+        return np.vstack(rows)
+
+
 @dataclass(frozen=True)
-class StreamPlan:
+class StreamPlan(SignedTable):
     """A 3R plan for an unbounded stationary stream, as a table by signed distance d = t − p.
 
     ``left.red[d−1]`` applies at t = p − d, ``right.red[d−1]`` at t = p + d, and p itself is
@@ -269,22 +297,6 @@ class StreamPlan:
     left: SidePlan
     right: SidePlan
 
-    @property
-    def left_horizon(self) -> int:
-        return self.left.horizon
-
-    @property
-    def right_horizon(self) -> int:
-        return self.right.horizon
-
-    def offsets(self) -> NDArray[np.int64]:
-        return np.arange(-self.left_horizon, self.right_horizon + 1)
-
-    def table(self) -> NDArray[np.float64]:
-        """(left_horizon + right_horizon + 1, 2) redaction rows for offsets −H_ℓ..H_r."""
-        rows = [self.left.red[: self.left_horizon][::-1], np.ones((1, 2)), self.right.red[: self.right_horizon]]
-        return np.vstack(rows)
-
     def leakage(self) -> Leakage:
         """Exact leakage about p of the table in an unbounded stationary stream.
 
@@ -293,6 +305,11 @@ class StreamPlan:
         """
         window = np.vstack([np.zeros((1, 2)), self.table(), np.zeros((1, 2))])
         return exact_leakage(self.chain, ChannelSequence.from_redaction(window), self.left_horizon + 1)
+
+    def right_rows(self, budget: float) -> NDArray[np.float64]:
+        """Right rows re-planned for a smaller ``budget`` (late marks), same design."""
+        right = plan_side(SideModel(self.chain, 0, "right", None), budget, self.design)
+        return right.red[: right.horizon]
 
     def apply(self, n: int, private: Sequence[int]) -> RedactionPlan:
         """The plan for records 0..n−1 with the table placed at each private index (element-wise

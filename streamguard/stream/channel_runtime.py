@@ -6,7 +6,9 @@ saved, verified file or is designed at start-up from the config's spec, and is c
 against its claims before the first record (``perturbation.verify``); the sampler draws from the
 CSPRNG with integer thresholds. A frame flagged private (or inside a scheduled window) is withheld
 entirely (published as redacted): the flag is not the reading, so withholding is a post-processing
-of the channel's guarantee for every other record. Commands cannot change a record that is already
+of the channel's guarantee for every other record. It does NOT protect the flagged reading from its
+correlated neighbours, so each such flag is logged as a warning (issue 12), and a ``schedule`` on a
+channel stream is refused by the configuration: private positions need ``mechanism = "redaction"``. Commands cannot change a record that is already
 out, so this mechanism refuses them (counted as ``unsupported``).
 
 Sanitized record payload: ``{"device", "stream", "seq", "ts", "value", "output", "redacted",
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,8 @@ from ..sampling import BitSource
 from .records import RawRecord, Rejection, SensitiveField
 from .runtime import FRESH, Resume, StreamRuntime
 from .steps import MEMORY, StepTracker
+
+log = logging.getLogger(__name__)
 
 #: Positions one ledger event of a channel stream covers (see ``ChannelRuntime._reserve``).
 RESERVE = 4096
@@ -163,6 +168,10 @@ class ChannelRuntime(StreamRuntime):
         seq = self.next_seq
         self.next_seq += 1
         if rec.private or self._scheduled(rec.ts):
+            if rec.private:  # never a silent one-record redaction (issue 12)
+                log.warning("stream %s: a private flag on a channel stream withholds only seq %d; its correlated "
+                            "neighbours still carry about it (stream leakage %s nats) — use mechanism = \"redaction\" for "
+                            "private positions", self.name, seq, self.stream_leakage_bound)
             self._observe(phys, None, rec.ts)  # withheld from the aggregates too (its position is still charged)
             self.counters.redacted += 1
             return [ChannelRelease(seq, rec.ts, None, phys)], None

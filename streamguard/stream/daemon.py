@@ -175,11 +175,12 @@ class Daemon:
                     if m.get("open") and m["state"]["phys"] >= decided_upto]
             first_phys = max([decided_upto, charged, *lost])
             if cfg.mechanism == "redaction" and first_phys > decided_upto:
-                never = [(t, 1.0, 1.0) for t in range(decided_upto, first_phys)]
+                k = cfg.state_map().k
+                never = [(t, *(1.0,) * k) for t in range(decided_upto, first_phys)]
                 await box.run(Outbox.record_decisions, cfg.name, never, keep=KEEP_DECISIONS)
-                decided.update((t, (r0, r1)) for t, r0, r1 in never)
+                decided.update((t, tuple(row)) for t, *row in never)
             restarted = bool(decided)
-            open_marks = [Mark.from_state(m["state"]) for m in marks.values()
+            open_marks = [Mark.from_state(m["state"], cfg.state_map().k) for m in marks.values()
                           if m.get("open") and m["state"]["phys"] < first_phys]
             self.runtimes[cfg.name] = make_runtime(
                 s, cfg, bit_source(s.deterministic_seed, i),

@@ -10,8 +10,8 @@ records** (raw readings never touch disk) and what the daemon needs to resume af
 - ``positions`` — per stream, the high-water mark of reserved positions (:meth:`Outbox.reserve`,
   :meth:`Outbox.next_position`). It never goes backwards, and :meth:`Outbox.put` raises it past
   every stored ``seq``, so a restarted daemon never reuses a position.
-- ``decisions`` — per stream, the redaction probabilities (row0, row1) used for the last ``keep``
-  decided positions (to restore the privatizer's history; one decision per position).
+- ``decisions`` — per stream, the redaction probabilities (row0, row1; ``rowk``: the whole row of
+  a k-state stream, as JSON) used for the last ``keep`` decided positions (to restore the privatizer's history; one decision per position).
 - ``marks`` — per stream and position, the JSON report of a private mark (upserted).
 - ``announced`` — the Home Assistant discovery config topics published (stream/hass.py), so that
   the configs of removed streams can be deleted at the next start.
@@ -158,7 +158,7 @@ class Item(NamedTuple):
     seq: int
     topic: str
     payload: bytes
-    row: tuple[float, float] | None = None
+    row: tuple[float, ...] | None = None
 
 
 class Row(NamedTuple):
@@ -188,6 +188,7 @@ class Outbox:
             raise sqlite3.OperationalError(f"{path}: the outbox needs WAL mode, got {mode!r}")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        _add_k_state_rows(self._db)
         self._count: int = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
         #: Records deleted by the drop-oldest policy since this outbox was opened.
         self.dropped = 0
@@ -243,12 +244,12 @@ class Outbox:
         items: Sequence[Item],
         *,
         keep: int,
-        decisions: Mapping[str, Sequence[tuple[int, float, float]]] | None = None,
+        decisions: Mapping[str, Sequence[tuple[float, ...]]] | None = None,
         marks: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
         over_capacity: bool = False,
         newest: Mapping[str, float] | None = None,
     ) -> None:
-        """:meth:`put` plus, in the same transaction, ``decisions`` (per stream: index, row0, row1)
+        """:meth:`put` plus, in the same transaction, ``decisions`` (per stream: index, row0, row1, …)
         and mark reports (per stream: seq → report) and the newest step's timestamp (per stream;
         a restart recognises frames redelivered from before it by it) — one disk sync for a whole
         group, and all or nothing after a crash. The overflow check comes first, so a :class:`Full` leaves nothing
@@ -345,8 +346,8 @@ class Outbox:
         row = self._db.execute("SELECT next_seq FROM positions WHERE stream = ?", (stream,)).fetchone()
         return 0 if row is None else int(row[0])
 
-    def record_decisions(self, stream: str, decisions: Sequence[tuple[int, float, float]], *, keep: int) -> None:
-        """Durably record (seq, row0, row1) decisions, keeping the stream's last ``keep``. Raises
+    def record_decisions(self, stream: str, decisions: Sequence[tuple[float, ...]], *, keep: int) -> None:
+        """Durably record (seq, row0, row1, …) decisions (k redaction probabilities), keeping the stream's last ``keep``. Raises
         ``sqlite3.IntegrityError`` (nothing recorded) if a position already has a decision."""
         with self._transaction() as db:
             _insert_decisions(db, stream, decisions, keep)
@@ -356,10 +357,11 @@ class Outbox:
         row = self._db.execute("SELECT newest_ts FROM steps WHERE stream = ?", (stream,)).fetchone()
         return None if row is None else float(row[0])
 
-    def recent_decisions(self, stream: str) -> dict[int, tuple[float, float]]:
-        """The stream's recorded decisions, seq → (row0, row1), in seq order."""
-        cur = self._db.execute("SELECT seq, row0, row1 FROM decisions WHERE stream = ? ORDER BY seq", (stream,))
-        return {seq: (r0, r1) for seq, r0, r1 in cur}
+    def recent_decisions(self, stream: str) -> dict[int, tuple[float, ...]]:
+        """The stream's recorded decisions, seq → (row0, row1, …), in seq order."""
+        cur = self._db.execute("SELECT seq, row0, row1, rowk FROM decisions WHERE stream = ? ORDER BY seq",
+                               (stream,))
+        return {seq: (r0, r1) if rk is None else tuple(float(v) for v in json.loads(rk)) for seq, r0, r1, rk in cur}
 
     def upsert_mark(self, stream: str, seq: int, report: Mapping[str, Any]) -> None:
         """Durably store (or replace) the JSON report of the mark at ``seq``."""
@@ -400,18 +402,25 @@ def _raise_position(db: sqlite3.Connection, stream: str, upto: int) -> None:
     )
 
 
-def _insert_decisions(
-    db: sqlite3.Connection, stream: str, decisions: Sequence[tuple[int, float, float]], keep: int
-) -> None:
+def _add_k_state_rows(db: sqlite3.Connection) -> None:
+    """A ``decisions`` table from before k-state streams gets the ``rowk`` column: the whole row as
+    JSON when a stream has more than two states (row0, row1 hold its first two entries)."""
+    cols = {r[1] for r in db.execute("PRAGMA table_info(decisions)")}
+    if "rowk" not in cols:
+        db.execute("ALTER TABLE decisions ADD COLUMN rowk TEXT")
+
+
+def _insert_decisions(db: sqlite3.Connection, stream: str, decisions: Sequence[tuple[float, ...]], keep: int) -> None:
     if keep < 1:
         raise ValueError("keep must be ≥ 1")
     db.executemany(
-        "INSERT INTO decisions (stream, seq, row0, row1) VALUES (?, ?, ?, ?)",
-        [(stream, seq, r0, r1) for seq, r0, r1 in decisions],
+        "INSERT INTO decisions (stream, seq, row0, row1, rowk) VALUES (?, ?, ?, ?, ?)",
+        [(stream, int(seq), row[0], row[1], json.dumps(list(row)) if len(row) > 2 else None)
+         for seq, *row in decisions],
     )
     # keep the last ``keep`` positions (positions are recorded densely, so a range delete on the
     # newest one is enough — no index walk over the kept rows)
-    newest = max(seq for seq, _, _ in decisions) if decisions else None
+    newest = max(int(d[0]) for d in decisions) if decisions else None
     if newest is not None:
         db.execute("DELETE FROM decisions WHERE stream = ? AND seq <= ?", (stream, newest - keep))
 

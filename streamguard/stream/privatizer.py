@@ -42,12 +42,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._json import json_number
-from ..audit.exact import Leakage, side_range
+from ..audit.exact import Leakage
+from ..audit.kstate import combine, right_pairs
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs
 from ..chain import MarkovChain
-from ..channel import redaction_tables, revealing
+from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
-from ..redaction.side import MIN_SIDE_BUDGET, SideModel, plan_side
+from ..redaction.side import MIN_SIDE_BUDGET
 from ..sampling import BitSource, apply_redaction, thresholds
 
 MARK_SOURCES = ("flag", "command", "schedule")
@@ -55,16 +56,29 @@ MARK_SOURCES = ("flag", "command", "schedule")
 MAX_GAP = 4096
 
 
+def mixing_gap(chain: MarkovChain) -> int:
+    """The largest restart gap worth evaluating: G with ρ^G ≤ 1e-17, ρ = |λ| for a binary chain and
+    the second largest eigenvalue modulus for k states (P^(G+1) − 1π shrinks like ρ^G), capped at
+    MAX_GAP; beyond it G = ∞ stands in."""
+    if chain.is_binary:
+        rho = abs(chain.lam)
+    else:
+        rho = float(np.sort(np.abs(np.linalg.eigvals(chain.matrix)))[-2])
+    if rho >= 1.0:
+        return MAX_GAP
+    return 0 if rho == 0 else min(MAX_GAP, math.ceil(math.log(1e-17) / math.log(rho)))
+
+
 @dataclass(frozen=True)
 class Release:
     """The decision for one accepted record: ``state`` is None when redacted. ``row`` is the
-    redaction probabilities (Pr(⊥|0), Pr(⊥|1)) that were used."""
+    redaction probabilities (Pr(⊥|0), …, Pr(⊥|k−1)) that were used."""
 
     seq: int
     phys: int
     ts: float
     state: int | None
-    row: tuple[float, float]
+    row: tuple[float, ...]
 
     @property
     def redacted(self) -> bool:
@@ -104,7 +118,7 @@ class Mark:
     def row_at(self, t: int) -> NDArray[np.float64] | None:
         d = t - self.phys
         if d == 0:
-            return np.ones(2)
+            return np.ones(self.right.shape[1])
         if 0 < d <= self.right.shape[0]:
             return self.right[d - 1]
         if 0 < -d <= self.left.shape[0]:
@@ -135,10 +149,11 @@ class Mark:
                 "left_reach": self.left_reach, "ts": self.ts}
 
     @classmethod
-    def from_state(cls, s: dict[str, Any]) -> Mark:
-        """Restore an open mark after a restart: the rest of its right window is fully redacted."""
-        return cls(None if s["seq"] is None else int(s["seq"]), int(s["phys"]), str(s["source"]), np.zeros((0, 2)),
-                   np.ones((int(s["right_len"]), 2)), late=bool(s["late"]), honoured=bool(s["honoured"]),
+    def from_state(cls, s: dict[str, Any], k: int = 2) -> Mark:
+        """Restore an open mark of a k-state stream after a restart: the rest of its right window
+        is fully redacted."""
+        return cls(None if s["seq"] is None else int(s["seq"]), int(s["phys"]), str(s["source"]), np.zeros((0, k)),
+                   np.ones((int(s["right_len"]), k)), late=bool(s["late"]), honoured=bool(s["honoured"]),
                    reason=s["reason"], left_leakage=s["left_leakage"], right_budget=s["right_budget"],
                    left_reach=int(s["left_reach"]), ts=s.get("ts"))
 
@@ -169,7 +184,7 @@ class _ChainPowers:
         """Kernel of one step across a restart gap of G unseen readings (None: G = ∞, or a sensor
         that restarted too: the new records are independent of the old ones)."""
         if G is None:
-            return np.broadcast_to(self.chain.initial, (2, 2)).copy()
+            return np.broadcast_to(self.chain.initial, (self.chain.k, self.chain.k)).copy()
         return self.power(G + 1)
 
 
@@ -192,13 +207,13 @@ class StreamPrivatizer:
     ``restarted=True`` places an unknown gap before ``first_phys``.
     """
 
-    plan: StreamPlan
+    plan: StreamPlan | KStreamPlan
     source: BitSource
     delay: int | None = None
     max_hold: float | None = None
     first_seq: int = 0
     first_phys: int = 0
-    decided: dict[int, tuple[float, float]] = field(default_factory=dict)
+    decided: dict[int, tuple[float, ...]] = field(default_factory=dict)
     open_marks: list[Mark] = field(default_factory=list)
     restarted: bool = False
     #: The law of the stream's first record (and of the first after a sensor restart), when the
@@ -221,21 +236,21 @@ class StreamPrivatizer:
         self._pending: deque[_Pending] = deque()
         span = self.plan.left_horizon + self.plan.right_horizon + 1
         self._keep = 4 * span + self.delay + 64
-        self._rows: OrderedDict[int, tuple[float, float]] = OrderedDict(sorted(self.decided.items()))
+        self._rows: OrderedDict[int, tuple[float, ...]] = OrderedDict(sorted(self.decided.items()))
         self._phys_of_seq: OrderedDict[int, int] = OrderedDict()
         self._marks: list[Mark] = list(self.open_marks)
         #: Timestamps of recent steps by physical index (bounded like the rows).
         self._ts_of: OrderedDict[int, float] = OrderedDict()
         self.finished: deque[Mark] = deque(maxlen=1000)  # most recent completed marks
-        #: (physical index, row0, row1) of the frames decided since the owner last took them
+        #: (physical index, row0, …, row(k−1)) of the frames decided since the owner last took them
         #: (bounded: an owner that never takes them, like batch mode, keeps only the latest).
-        self.last_decisions: deque[tuple[int, float, float]] = deque(maxlen=self._keep)
+        self.last_decisions: deque[tuple[float, ...]] = deque(maxlen=self._keep)
         #: Marks created or finished since the owner last took them (to persist and report).
         self.mark_events: deque[Mark] = deque(maxlen=self._keep)
         #: The chains every mark is evaluated under (worst case): the plan's, and ``members``.
+        self.k = self.plan.chain.k
         self._chains = [_ChainPowers(c) for c in (self.plan.chain, *self.members)]
-        lam = max(abs(c.lam) for c in (self.plan.chain, *self.members))
-        self._max_gap = 0 if lam == 0 else min(MAX_GAP, math.ceil(math.log(1e-17) / math.log(lam)))
+        self._max_gap = max(mixing_gap(c.chain) for c in self._chains)
         if self.initial is not None:
             self.initial = np.asarray(self.initial, dtype=np.float64)
         for m in self._marks:  # restored open marks: their figure under the rows known now
@@ -323,7 +338,7 @@ class StreamPrivatizer:
             for m in self.finished:
                 if m.seq == s and m.phys < 0:
                     return m  # already reported: a repeated command changes nothing
-            return self._finish_now(Mark(s, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True,
+            return self._finish_now(Mark(s, -1, source, np.zeros((0, self.k)), np.zeros((0, self.k)), late=True,
                                          honoured=False,
                                          reason="the record was published too long ago (or before a restart)",
                                          achieved=UNBOUNDED, leakage=UNBOUNDED))
@@ -337,7 +352,7 @@ class StreamPrivatizer:
     def mark_lost(self, *, source: str, ts: float | None) -> Mark:
         """A request to make private a step older than the core's memory: it was decided long ago
         and cannot be protected any more — reported as not honoured, unbounded, never hidden."""
-        return self._finish_now(Mark(None, -1, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True,
+        return self._finish_now(Mark(None, -1, source, np.zeros((0, self.k)), np.zeros((0, self.k)), late=True,
                                      honoured=False, reason="the step was decided too long ago to protect",
                                      achieved=UNBOUNDED, leakage=UNBOUNDED, ts=ts))
 
@@ -370,13 +385,13 @@ class StreamPrivatizer:
             if row is None or min(row) < 1.0:
                 # its reading may have been released: nothing can protect it. The mark commits no
                 # rows, so it is finished at once (never restored as "open" with a finite figure)
-                return self._finish_now(Mark(s, p, source, np.zeros((0, 2)), np.zeros((0, 2)), late=True,
+                return self._finish_now(Mark(s, p, source, np.zeros((0, self.k)), np.zeros((0, self.k)), late=True,
                                              honoured=False, reason="the record was already published",
                                              achieved=UNBOUNDED, leakage=UNBOUNDED, ts=ts))
             # p was redacted surely, but its right neighbours up to the oldest pending record are
             # decided too: redact the rest of the window fully; the exact figure decides.
             rest = max(Hr, oldest_pending - p)
-            mark = Mark(s, p, source, np.zeros((0, 2)), np.ones((rest, 2)), late=True,
+            mark = Mark(s, p, source, np.zeros((0, self.k)), np.ones((rest, self.k)), late=True,
                         left_reach=min(max(H, self._keep), p), ts=ts,
                         reason="the record and its right neighbours were already decided")
             return self._add(self._settle(mark))
@@ -385,25 +400,24 @@ class StreamPrivatizer:
             self.boundary is not None and p - H < self.boundary)
         width = min(max(H, self._keep), p) if late else min(H, p)
         n_pending = max(0, min(width, p - oldest_pending))
-        pending_left = np.ones((n_pending, 2)) if late else self.plan.left.red[:n_pending]
+        pending_left = np.ones((n_pending, self.k)) if late else self.plan.left.red[:n_pending]
         mark = Mark(s, p, source, pending_left, self.plan.right.red[:Hr], late=late, left_reach=width, ts=ts)
         l_leak = self._left_leakage(mark)
         if not late and width == p and exceeds_left_budget(l_leak, self.plan.left.budget):
             # the window reaches the stream's first record, whose law is unknown (a sensor may boot
             # in a known state, notes: DESIGN.md §3): redact the left side to the start fully — a
             # left side that releases nothing leaks nothing, whatever the initial law
-            mark.left = np.ones((n_pending, 2))
+            mark.left = np.ones((n_pending, self.k))
             l_leak = self._left_leakage(mark)
         budget = eps - l_leak
         if late:
             mark.left_leakage, mark.right_budget = l_leak, max(budget, 0.0)
         if budget < MIN_SIDE_BUDGET:
-            mark.right = np.ones((Hr, 2))
+            mark.right = np.ones((Hr, self.k))
             mark.honoured = False
             mark.reason = "the published left neighbours already exhaust the budget"
         elif budget < self.plan.right.budget * (1 - 1e-12):
-            right = plan_side(SideModel(self.plan.chain, 0, "right", None), budget, self.plan.design)
-            mark.right = right.red[: right.horizon]
+            mark.right = self.plan.right_rows(budget)
         return self._add(self._settle(mark))
 
     def fail_closed(self, reason: str) -> None:
@@ -442,7 +456,7 @@ class StreamPrivatizer:
         if mark.honoured and not mark.leakage.total <= self.plan.epsilon * (1 + 1e-12):
             mark.honoured = False
             mark.reason = mark.reason or "the exact leakage of the rows already used exceeds the budget"
-            mark.right = np.ones((max(self.plan.right_horizon, mark.right.shape[0]), 2))
+            mark.right = np.ones((max(self.plan.right_horizon, mark.right.shape[0]), self.k))
             mark.leakage = self._committed(mark)
         return mark
 
@@ -451,16 +465,15 @@ class StreamPrivatizer:
         """R[a, b]: max log Pr(y_right | X_p=a)/Pr(y_right | X_p=b) for ``rows`` outward from p, then
         one released record (it stands for whatever lies beyond). A step across the restart
         boundary uses the gap kernel. The right side does not depend on the initial law."""
-        cut = np.vstack([rows, np.zeros((1, 2))])
-        tables = redaction_tables(cut)
-        kern = np.broadcast_to(c.P, (cut.shape[0], 2, 2)).copy()
+        k = self.k
+        cut = np.vstack([rows, np.zeros((1, k))])
+        kern = np.broadcast_to(c.P, (cut.shape[0], k, k)).copy()
         b = self.boundary
         if b is not None and G != 0:
-            k = b - p - 1  # outward step k goes from distance k to k + 1
-            if 0 <= k < cut.shape[0]:
-                kern[k] = c.gap_kernel(G)
-        r = side_range(kern, tables, np.arange(cut.shape[0]), revealing=revealing(tables))
-        return np.array([[0.0, r.hi], [-r.lo, 0.0]])
+            j = b - p - 1  # outward step j goes from distance j to j + 1
+            if 0 <= j < cut.shape[0]:
+                kern[j] = c.gap_kernel(G)
+        return right_pairs(kern, cut)
 
     def _left_pairs(self, rows: NDArray[np.float64], p: int, G: int | None, c: _ChainPowers) -> NDArray[np.float64]:
         """L[a, b] for the left ``rows`` (distances 1..m, m ≤ p), worst case over the laws the
@@ -475,13 +488,13 @@ class StreamPrivatizer:
         first = 0 if b is None or G is not None or p < b else b
         reaches = p - m == first
         steps = m if reaches else m + 1
-        kern = np.broadcast_to(P, (steps, 2, 2)).copy()
+        kern = np.broadcast_to(P, (steps, self.k, self.k)).copy()
         if b is not None and G:
             j = p - b + 1  # the step from p−j (before b) into p−j+1 = b
             if 1 <= j <= steps:
                 kern[j - 1] = c.power(G + 1)
         if reaches:
-            laws = np.eye(2) if self.initial is None else self.initial[None]
+            laws = np.eye(self.k) if self.initial is None else self.initial[None]
         else:
             t0 = p - m - 1  # the released stand-in; its distance from the latest possible start
             d = t0 - b if b is not None and t0 >= b else t0
@@ -501,14 +514,14 @@ class StreamPrivatizer:
         unknown one counts as released); undecided ones at the mark's committed row (``committed``)."""
         H = min(max(m.left.shape[0], m.left_reach), m.phys)  # nothing before the first frame
 
-        def row(t: int, d: int, own: NDArray[np.float64]) -> tuple[float, float]:
+        def row(t: int, d: int, own: NDArray[np.float64]) -> tuple[float, ...]:
             used = self._rows.get(t)
             if used is not None or not committed or not self._is_pending(t):
-                return used if used is not None else (0.0, 0.0)
-            return (1.0, 1.0) if d > own.shape[0] else (float(own[d - 1, 0]), float(own[d - 1, 1]))
+                return used if used is not None else (0.0,) * self.k
+            return (1.0,) * self.k if d > own.shape[0] else tuple(float(v) for v in own[d - 1])
 
-        left = np.array([row(m.phys - d, d, m.left) for d in range(1, H + 1)]).reshape(-1, 2)
-        right = np.array([row(m.phys + d, d, m.right) for d in range(1, m.right.shape[0] + 1)]).reshape(-1, 2)
+        left = np.array([row(m.phys - d, d, m.left) for d in range(1, H + 1)]).reshape(-1, self.k)
+        right = np.array([row(m.phys + d, d, m.right) for d in range(1, m.right.shape[0] + 1)]).reshape(-1, self.k)
         return left, right
 
     def _is_pending(self, t: int) -> bool:
@@ -520,10 +533,8 @@ class StreamPrivatizer:
         worst = Leakage(0.0, 0.0, 0.0)
         for c in self._chains:
             for G in self._gaps(p - left.shape[0] - 1, p + right.shape[0] + 1):  # stand-ins included
-                L, R = self._left_pairs(left, p, G, c), self._right_pairs(right, p, G, c)
-                total = max(L[0, 1] + R[0, 1], L[1, 0] + R[1, 0])
-                worst = Leakage(max(worst.total, total), max(worst.left, L[0, 1], L[1, 0]),
-                                max(worst.right, R[0, 1], R[1, 0]))
+                lk = combine(self._left_pairs(left, p, G, c), self._right_pairs(right, p, G, c))
+                worst = Leakage(max(worst.total, lk.total), max(worst.left, lk.left), max(worst.right, lk.right))
         return worst
 
     def _left_leakage(self, m: Mark) -> float:
@@ -542,7 +553,7 @@ class StreamPrivatizer:
 
     # -- decisions ----------------------------------------------------------------------------
     def _row(self, t: int) -> NDArray[np.float64]:
-        row = np.zeros(2)
+        row = np.zeros(self.k)
         for m in self._marks:
             r = m.row_at(t)
             if r is not None:
@@ -553,14 +564,14 @@ class StreamPrivatizer:
         if count == 0:
             return []
         batch = [self._pending.popleft() for _ in range(count)]
-        rows = np.stack([np.ones(2) if p.seq is None else self._row(p.phys) for p in batch])
+        rows = np.stack([np.ones(self.k) if p.seq is None else self._row(p.phys) for p in batch])
         states = np.array([p.state for p in batch], dtype=np.int8)
         out = apply_redaction(states, thresholds(rows), np.arange(count), self.source)
         releases = []
         for p, row, y in zip(batch, rows, out):
-            r = (float(row[0]), float(row[1]))
+            r = tuple(float(v) for v in row)
             self._rows[p.phys] = r
-            self.last_decisions.append((p.phys, r[0], r[1]))
+            self.last_decisions.append((p.phys, *r))
             if p.seq is not None:
                 releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else int(y), r))
         while len(self._rows) > self._keep:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings, StreamConfig
+from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import StreamPlan
 from ..redaction.plan_cache import PlanCache, cached_plan_stream
 from ..sampling import BitSource
@@ -40,14 +41,17 @@ class RedactionRuntime(StreamRuntime):
         #: The model set the plan is robust over (None: the single configured chain).
         self.model_set = cfg.model_set()
         self.robust: RobustStreamPlan | None = None
-        if self.model_set is None:
-            self.plan: StreamPlan = cached_plan_stream(
+        self.plan: StreamPlan | KStreamPlan
+        if self.model_set is not None:  # (robust plans are not cached)
+            self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
+            self.plan = self.robust.evaluation_plan()
+        elif self.chain.is_binary:
+            self.plan = cached_plan_stream(
                 self.chain, cfg.epsilon, design=cfg.design, split=cfg.split,
                 cache=plan_cache,
                 progress=lambda msg: log.info("stream %s: %s", cfg.name, msg))
-        else:  # (robust plans are not cached)
-            self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
-            self.plan = self.robust.evaluation_plan()
+        else:  # k states (docs/k-state-redaction.md)
+            self.plan = stream_plan_for(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
         self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                      first_seq=resume.first_seq, first_phys=resume.first_phys,
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
@@ -159,8 +163,8 @@ class RedactionRuntime(StreamRuntime):
         out = super().take_aggregates()
         return [] if self.drift is not None and self.drift.alarm else out
 
-    def take_decisions(self) -> list[tuple[int, float, float]]:
-        """The redaction rows used since the last call, (physical index, r0, r1), for the outbox."""
+    def take_decisions(self) -> list[tuple[float, ...]]:
+        """The redaction rows used since the last call, (physical index, r0, …, r(k−1)), for the outbox."""
         rows = list(self.core.last_decisions)
         self.core.last_decisions.clear()
         return rows
@@ -256,19 +260,22 @@ class RedactionRuntime(StreamRuntime):
         return {
             "stream": self.name,
             "guarantee": "ε-LDP about each private position under the stated Markov model",
-            "model": {"alpha": chain.alpha, "beta": chain.beta, "stationary": chain.stationary,
-                      **self._model_description()},
+            "model": {**({"alpha": chain.alpha, "beta": chain.beta} if chain.is_binary else {}),
+                      "stationary": chain.stationary, **self._model_description()},
             **robust,
             **drift,
             "labels": [self.states.label_of(i) for i in range(self.states.k)],
             # the table by signed distance (issue 14): rows Pr(⊥ | state) at t = p − d and p + d
             "plan": {"left": self.plan.left.red[: self.plan.left_horizon].tolist(),
                      "right": self.plan.right.red[: self.plan.right_horizon].tolist()},
-            "mechanism": "3R redaction (paper 000, corrected)",
+            "mechanism": "3R redaction (paper 000, corrected)" if chain.is_binary
+            else "3R redaction for k states (docs/k-state-redaction.md)",
             "epsilon": self.plan.epsilon,
             "design": self.plan.design,
             "split": [self.plan.left.budget, self.plan.right.budget],
             "horizons": {"left": self.plan.left_horizon, "right": self.plan.right_horizon},
+            # the table by signed distance t − p: one row of k probabilities Pr(⊥ | X = x) per offset
+            "table": {"offsets": self.plan.offsets().tolist(), "redaction": self.plan.table().tolist()},
             "plan_leakage": self.plan_leakage.total,
             "delay": core["delay"],
             "max_hold": self.cfg.max_hold,
