@@ -112,7 +112,10 @@ def test_numeric_bins():
     ok = parse_frame(b'{"value": 12.5, "ts": 11}', BINS, now=0, last_ts=10.0)
     assert ok == RawRecord(1, 11.0, False)
     assert parse_frame(b'{"value": 20.0}', BINS, now=0, last_ts=None).state == 1  # last bin is closed
-    for v, reason in ((25, "out-of-range"), ("12", "wrong-type"), (True, "wrong-type")):
+    # below and above every edge: the open-ended first and last bins (a rejection would be visible)
+    for v, state in ((-1e300, 0), (9.5, 0), (25, 1), (10**400, 1), (-(10**400), 0)):
+        assert parse_frame(json.dumps({"value": v}).encode(), BINS, now=0, last_ts=None).state == state
+    for v, reason in (("12", "wrong-type"), (True, "wrong-type")):
         r = parse_frame(json.dumps({"value": v}).encode(), BINS, now=0, last_ts=None)
         assert isinstance(r, Rejection) and r.reason == reason and "25" not in r.message
 

@@ -32,7 +32,6 @@ REASONS = (
     "wrong-type",
     "not-finite",
     "unknown-state",
-    "out-of-range",
     "bad-ts",
     "ts-out-of-order",
     "bad-private",
@@ -107,17 +106,18 @@ class StateMap:
                 return Rejection("unknown-state", "field 'value' is not one of the configured labels")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return Rejection("wrong-type", "field 'value' must be a number")
-        try:
-            v = float(value)
-        except OverflowError:  # an integer beyond the float range lies outside every bin
-            return Rejection("out-of-range", "field 'value' lies outside the configured bins")
-        if not math.isfinite(v):
-            return Rejection("not-finite", "field 'value' is NaN or infinite")
         edges = self.bins
         assert edges is not None
-        if v < edges[0] or v > edges[-1]:
-            return Rejection("out-of-range", "field 'value' lies outside the configured bins")
-        return min(bisect.bisect_right(edges, v) - 1, len(edges) - 2)
+        try:
+            v = float(value)
+        except OverflowError:  # an integer beyond the float range: below or above every bin
+            return 0 if value < 0 else len(edges) - 2
+        if not math.isfinite(v):
+            return Rejection("not-finite", "field 'value' is NaN or infinite")
+        # The first and last bins are open-ended: a reading below or above every edge is in them.
+        # Refusing it instead would publish, outside ε, that the reading left the range (a
+        # rejected step is visible: no record at its position, a counter by reason).
+        return min(max(bisect.bisect_right(edges, v) - 1, 0), len(edges) - 2)
 
     def label_of(self, state: int) -> str | float:
         """What a released state is published as: its label, or its bin's lower edge."""
