@@ -10,8 +10,8 @@ wrong_type        ``value`` is a JSON object ``{"state": label}``, a list ``[lab
 unknown_label     ``value`` is a string naming no state
 nan               ``value`` is the bare token ``NaN`` (as Python's json writes it; not JSON)
 infinity          ``value`` is the bare token ``Infinity`` or ``-Infinity``
-out_of_range      ``value`` is a finite number no state maps to (outside every numeric range;
-                  the state index k for labelled streams)
+out_of_range      ``value`` is a finite number outside every numeric range (streamguard puts it in
+                  the first or last bin) or, for labelled streams, the state index k (wrong type)
 truncated         a reading's JSON cut short (a strict prefix): not parseable
 oversize          a well-formed reading padded with a ``"pad"`` string to more than 64 KiB
 non_utf8          a reading whose label is encoded in Latin-1 (byte 0xE9): not UTF-8
