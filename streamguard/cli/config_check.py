@@ -37,7 +37,7 @@ def _model_line(cfg: Any) -> str:
     else:
         text = "matrix " + "; ".join(" ".join(_num(v, 3) for v in row) for row in chain.matrix)
     source = (f"estimated from {m.calibration}" if m.calibration is not None else
-              f"the point estimate of {m.file}" if getattr(m, "file", None) is not None else "as given")
+              f"the point estimate of {m.file}" if m.file is not None else "as given")
     start = ("first reading's law " + " ".join(_num(v, 3) for v in m.initial) if m.initial is not None
              else "any law of the first reading")
     return f"  model ({source}): {text}; {start}"
@@ -93,7 +93,7 @@ def _check_redaction_stream(cfg: Any) -> list[str]:
         sp = stream_plan_for(chain, cfg.epsilon, design=cfg.design, split=cfg.split)
     lk = sp.leakage()
     print(f"\nstream {cfg.name}: source {cfg.source}, states {cfg.state_map().k}, 3R redaction "
-          f"ε={_num(cfg.epsilon, 6)}, design {getattr(sp, 'design', cfg.design)}, split ε_ℓ={_num(sp.left.budget, 6)} "
+          f"ε={_num(cfg.epsilon, 6)}, design {sp.design}, split ε_ℓ={_num(sp.left.budget, 6)} "
           f"ε_r={_num(sp.right.budget, 6)}")
     print(_model_line(cfg))
     if robust is not None:
