@@ -89,3 +89,44 @@ async def test_a_broker_that_is_down_is_retried_not_refused() -> None:
     with pytest.raises(ConnectFailed) as info:
         await asyncio.wait_for(reconnecting(t, session, backoff=Backoff(0.01, 0.02), sleep=sleep, max_failures=4), 20)
     assert not isinstance(info.value, ConnectRefused) and len(attempts) == 3
+
+
+async def test_a_refusal_read_after_the_connect_was_cancelled_raises_nothing() -> None:
+    """The race behind a traceback seen in CI: one of the daemon's connections is refused, the
+    others' connects are cancelled, and a socket read already due in the same loop iteration runs
+    aiomqtt's disconnect callback on the cancelled CONNACK future. The transport's reader gate
+    gives aiomqtt a fresh future first, so the callback returns quietly."""
+    import socket
+
+    import paho.mqtt.client as paho_client
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    from streamguard.config import BrokerConfig
+
+    transport = MqttTransport(BrokerConfig(port=free_port()), PublishConfig(), device="d", status_topic="x",
+                              will=False)
+    client = transport._new_client()
+    raised: list[BaseException] = []
+    refused = ReasonCode(paho_client.CONNACK >> 4, identifier=135)  # Not authorized
+
+    def on_read() -> None:
+        try:
+            client._on_disconnect(client._client, None, None, refused)
+        except BaseException as exc:  # the bug: CancelledError from _connected.exception()
+            raised.append(exc)
+        finally:
+            done.set()
+
+    a, b = socket.socketpair()
+    done = asyncio.Event()
+    try:
+        client._loop.add_reader(a.fileno(), on_read)
+        client._connected.cancel()          # Task.cancel() does this synchronously
+        b.send(b"x")                         # the refusal is already on the socket
+        await asyncio.wait_for(done.wait(), 5.0)
+        client._loop.remove_reader(a.fileno())
+    finally:
+        a.close()
+        b.close()
+    assert raised == []
+    assert not client._connected.cancelled()

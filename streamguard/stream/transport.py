@@ -275,7 +275,7 @@ class MqttTransport:
         )
         client.pending_calls_threshold = self._window + _EXTRA_CALLS
         # aiomqtt registers its socket reader through ``client._loop``: the gate can stop reading.
-        gate = client._loop = _ReaderGate(client._loop)  # type: ignore[assignment]
+        gate = client._loop = _ReaderGate(client._loop, lambda: _uncancel_connected(client))  # type: ignore[assignment]
         # aiomqtt exposes its paho client as ``_client`` (its docs: for what aiomqtt does not wrap):
         # acknowledge QoS 1 messages ourselves (back-pressure), and read CONNACK's session flag.
         paho = client._client
@@ -301,10 +301,7 @@ class MqttTransport:
         try:
             await client.__aenter__()
         except asyncio.CancelledError:
-            # cancelled while waiting for CONNACK: aiomqtt's future is cancelled with the wait, and its
-            # disconnect callback would raise on it later ("Exception in callback"): give it a new one
-            if client._connected.cancelled():
-                client._connected = asyncio.get_running_loop().create_future()
+            _uncancel_connected(client)
             raise
         except aiomqtt.MqttError as exc:
             error = _connect_error(b, exc)
@@ -431,8 +428,9 @@ class _ReaderGate:
     Receive Maximum once the first PUBACK came back (measured: 2,000 of 2,000 queued QoS 1 messages
     sent with 32 acknowledged), so the client cannot rely on the broker's flow control alone."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, before_io: Callable[[], None]) -> None:
         self._loop = loop
+        self._before_io = before_io
         self._reader: tuple[int, Callable[..., object], tuple[Any, ...]] | None = None
         self.paused = False
 
@@ -440,9 +438,20 @@ class _ReaderGate:
         return getattr(self._loop, name)
 
     def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
-        self._reader = (fd, callback, args)
+        def read(*a: Any) -> object:
+            self._before_io()
+            return callback(*a)
+
+        self._reader = (fd, read, args)
         if not self.paused:
-            self._loop.add_reader(fd, callback, *args)
+            self._loop.add_reader(fd, read, *args)
+
+    def add_writer(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
+        def write(*a: Any) -> object:
+            self._before_io()
+            return callback(*a)
+
+        self._loop.add_writer(fd, write, *args)
 
     def remove_reader(self, fd: int) -> bool:
         self._reader = None
@@ -458,6 +467,18 @@ class _ReaderGate:
             fd, callback, args = self._reader
             self._loop.add_reader(fd, callback, *args)
         self.paused = False
+
+
+def _uncancel_connected(client: aiomqtt.Client) -> None:
+    """Give aiomqtt a fresh CONNACK future when a cancelled connect left its old one cancelled.
+
+    Cancelling the task that awaits CONNACK cancels aiomqtt's ``_connected`` future at once, and a
+    socket read already due in the same loop iteration (a refusal from the broker, say) runs
+    aiomqtt's disconnect callback, which calls ``_connected.exception()`` and raises
+    CancelledError ("Exception in callback", a traceback on stderr). Called before every socket
+    read or write and when the connect is cancelled."""
+    if client._connected.cancelled():
+        client._connected = asyncio.get_running_loop().create_future()
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
