@@ -235,3 +235,16 @@ def test_outputs_named_alike_all_count_as_released_as_itself():
                              (Claim("distortion", {"D": 0.1}),))
     assert channel_metrics(ch, prior)["distortion"] == pytest.approx(0.1)
     assert verify(ch, prior).ok
+
+
+def test_a_channel_that_reveals_nothing_has_alip_budgets_of_exactly_zero():
+    """Found by Hypothesis in CI: a constant channel (every x to output 0) has every lift exactly 1,
+    but the float lift came out 1 + 2⁻⁵² and ε_l* = −2.2·10⁻¹⁶, a budget the exact verifier rightly
+    refuses as negative. Λ ≥ 1 ≥ Ψ holds exactly, so the metrics clamp at 0 and the claim holds."""
+    joint = Joint(np.array([[4, 4, 4], [2, 1, 2]], dtype=float) / 17)
+    ch = PerturbationChannel("test", np.array([[1.0, 0.0]] * 3), "x", 2, 3, (0, 1), ())
+    m = channel_metrics(ch, joint)
+    assert m["alip_eps_l"] == 0.0 and 0.0 <= m["alip_eps_u"] < 1e-15
+    claim = {"eps_l": m["alip_eps_l"], "eps_u": m["alip_eps_u"]}
+    report = verify(PerturbationChannel(ch.kind, ch.matrix, "x", 2, 3, ch.outputs, (Claim("alip", claim),)), joint)
+    assert report.ok

@@ -28,7 +28,8 @@ through the effective channel, notes/004 eq. (9)). The metrics of :func:`channel
 ``log_lift``
     max |log l(s, y)| = max(log Λ, −log Ψ) (notes/004 eq. (2); equal to the LIP level).
 ``alip_eps_u``, ``alip_eps_l``
-    the realised ALIP budgets ε_u* = log Λ and ε_l* = −log Ψ (notes/003 §3.7).
+    the realised ALIP budgets ε_u* = log Λ and ε_l* = −log Ψ (notes/003 §3.7); both ≥ 0, since
+    Σ_s P(s)·l(s, y) = 1 forces Λ ≥ 1 ≥ Ψ (a float just past 1 is clamped).
 ``mi_sy``, ``mi_xy``
     I(S; Y) and I(X; Y) in nats (0·log 0 = 0). ``h_x`` = H(X), so NMI = mi_xy / h_x.
 ``distortion``
@@ -120,8 +121,10 @@ def channel_metrics(channel: PerturbationChannel, joint: Joint) -> dict[str, flo
     ps = psy.sum(axis=1)
     lift = psy[:, live] / ps[:, None] / py[None, live]  # not ÷ (P_S·P_Y): that product can underflow
     lam_max, psi_min = float(lift.max()), float(lift.min())
-    eps_u = math.log(lam_max)
-    eps_l = math.inf if psi_min == 0 else -math.log(psi_min)
+    # Σ_s P(s)·l(s, y) = 1 for every live y, so Λ ≥ 1 ≥ Ψ exactly: a float Λ of 1 − 2⁻⁵² (or Ψ
+    # of 1 + 2⁻⁵²) is round-off, and the realised budgets are ≥ 0
+    eps_u = max(0.0, math.log(lam_max))
+    eps_l = math.inf if psi_min == 0 else max(0.0, -math.log(psi_min))
     px = pxy.sum(axis=1)
     kept = float(pxy[released_as_itself(channel)].sum())
     return {
