@@ -158,10 +158,10 @@ class Daemon:
     async def _restore(self, box: AsyncOutbox) -> None:
         """Build each stream's runtime, continuing positions and history after a restart."""
         s = self.settings
+        plans = PlanCache(beside(s.outbox.path), share=True)  # streams of one model share a plan
+        stored = await box.run(lambda b: [self._stored_state(b, cfg.name) for cfg in s.streams])
         for i, cfg in enumerate(s.streams):
-            decided = await box.run(Outbox.recent_decisions, cfg.name)
-            first_seq = await box.run(Outbox.next_position, cfg.name)
-            marks = await box.run(Outbox.marks, cfg.name)
+            decided, first_seq, marks, charged, newest = stored[i]
             decided_upto = max(decided) + 1 if decided else 0
             # Positions continue past every one the ledger has charged (no window is charged
             # twice) and past an open mark whose own record was still pending at the crash: that
@@ -170,7 +170,6 @@ class Daemon:
             # stream it is recorded as fully redacted, so that open marks are restored like any
             # other (the rest of their right window redacted, their leakage evaluated over every
             # restart gap, the skipped records counted as withheld — not as released).
-            charged = await box.run(lambda _b, name=cfg.name: self._charged_upto(name))
             lost = [m["state"]["phys"] + 1 for m in marks.values()
                     if m.get("open") and m["state"]["phys"] >= decided_upto]
             first_phys = max([decided_upto, charged, *lost])
@@ -184,16 +183,22 @@ class Daemon:
                           if m.get("open") and m["state"]["phys"] < first_phys]
             self.runtimes[cfg.name] = make_runtime(
                 s, cfg, bit_source(s.deterministic_seed, i),
-                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted,
-                              await box.run(Outbox.newest_step, cfg.name)),
+                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted, newest),
                 aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i),
-                plan_cache=PlanCache(beside(s.outbox.path)))
+                plan_cache=plans)
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "
                             "against anyone who knows the seed", cfg.name)
             if restarted:
                 log.info("stream %s: resuming at seq %d after a restart (%d open marks kept)",
                          cfg.name, first_seq, len(open_marks))
+
+    def _stored_state(self, box: Outbox, stream: str) -> tuple[Any, ...]:
+        """What a restart of ``stream`` continues from (outbox thread; every stream's is read in one
+        visit, not five per stream): its recent decisions, next seq, marks, the ledger's charged
+        end and the newest step's time."""
+        return (box.recent_decisions(stream), box.next_position(stream), box.marks(stream),
+                self._charged_upto(stream), box.newest_step(stream))
 
     def _charged_upto(self, stream: str) -> int:
         """One past the last position an aggregate window or a channel reservation of ``stream``

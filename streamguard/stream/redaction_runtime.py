@@ -58,7 +58,7 @@ class RedactionRuntime(StreamRuntime):
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
                                      members=() if self.model_set is None else tuple(self.model_set.corners()))
-        self.plan_leakage = self.plan.leakage()
+        self.plan_leakage = self.plan.leakage() if plan_cache is None else plan_cache.leakage(self.plan)
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
         #: The drift guard, reading only what is released unchanged (streamguard.model.drift).
