@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from brokers import mosquitto  # noqa: F401  (fixture)
+from daemon_harness import daemon_running, publish_all, until
 
 from streamguard import MarkovChain
 from streamguard.config import Settings
@@ -136,3 +138,31 @@ async def test_privacy_statuses_are_published_when_they_change_and_not_while_idl
     s3 = [json.loads(p) for t, p in rec.published if t == "t/gw/s3/privacy"]
     assert s3[0]["next_seq"] == 0 and s3[1]["next_seq"] == 1 and not s3[1]["open_marks"]
     assert [m["seq"] for m in s3[-1]["open_marks"]] == [0]
+
+
+async def test_a_restart_with_frames_queued_for_many_streams_handles_them_all(request, tmp_path):
+    """40 streams, stopped while frames arrive; 400 more wait at the broker for its persistent
+    input session. The restarted daemon gets them as soon as it connects, while it subscribes
+    (80 topics), and handles them all. (The failure this guards against — an intake that waited
+    for every SUBACK before reading stopped reading its socket at INCOMING_LIMIT queued messages
+    and never got past subscribing — showed with 1,000 streams and an overflowing broker queue in
+    benchmarks/bench_gateway.py; this smaller case passes with the old order too.)"""
+    broker = request.getfixturevalue("mosquitto")
+    n, per = 40, 15
+    streams = [{"name": f"s{i}", "labels": LABELS, "epsilon": 1.0, "source": "mqtt", "delay": 0,
+                "model": {"alpha": 0.05, "beta": 0.2}} for i in range(n)]
+    settings = Settings(device="gw", topic_base="t", broker=broker.broker_config().model_dump(),
+                        outbox={"path": tmp_path / "outbox.sqlite"}, streams=streams, log_level="WARNING")
+    frames = [(f"t/gw/s{i}/raw", json.dumps({"value": LABELS[j % 2]}).encode())
+              for j in range(per) for i in range(n)]
+    async with daemon_running(settings) as (d, _, task):  # stopped while frames are arriving
+        await until(lambda: d._inputs_ready.is_set() or task.done(), 30, "the first start's subscriptions")
+        await publish_all(broker.broker_config(), frames[: n * per // 3])
+        assert not task.done()
+    first = d.stats.frames
+    assert await publish_all(broker.broker_config(), frames[n * per // 3:]) == n * per - n * per // 3
+    async with daemon_running(settings) as (d, _, task):
+        await until(lambda: first + d.stats.frames >= n * per or task.done(), 60, "the queued frames")
+        await until(lambda: d._inputs_ready.is_set() or task.done(), 30, "the subscriptions")
+        assert not task.done()
+        assert first + d.stats.frames >= n * per  # (a frame handled but not acknowledged comes again)

@@ -84,6 +84,8 @@ KEEP_DECISIONS = 4096
 STORE_GROUP = 256
 STORE_QUEUE_LIMIT = 4096
 STATUS_INTERVAL = 2.0
+#: SUBSCRIBE requests of the input connection in flight at once (stream/transport.py).
+SUBSCRIBE_WINDOW = 32
 #: Privacy statuses the periodic refresh computes per second at most: with many streams the
 #: period grows to streams / STATUS_RATE seconds (1,000 streams: 10 s), so the statuses cost a
 #: bounded share of the loop (bench_gateway); marks and aggregates refresh their stream at once.
@@ -376,23 +378,53 @@ class Daemon:
             routes[rt.command_topic()] = (rt.name, True)
             if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 routes[rt.raw_topic()] = (rt.name, False)
-        for topic in routes:
-            await t.subscribe(topic)
-        self._inputs_ready.set()
+        # Messages are handled while the subscriptions are made: a persistent session gets what
+        # was queued for it (and what it left unacknowledged) right after connecting, and an
+        # intake that waited for every SUBACK first stopped reading the socket once its queue was
+        # full (transport.py, Bounds) — the SUBACKs behind those messages never came, and with
+        # 1,000 streams a restart never got past subscribing.
+        consuming = asyncio.create_task(self._consume_inputs(t, routes), name="input-consume")
+        subscribing = asyncio.create_task(self._subscribe_inputs(t, list(routes)), name="input-subscribe")
         try:
-            async for msg in t.messages():
-                route = routes.get(msg.topic)
-                if route is None:
-                    continue
-                name, is_command = route
-                if is_command:
-                    await self.handle_command(name, msg.payload)
-                else:
-                    await self.handle_frame(name, msg.payload)
+            await asyncio.wait([consuming, subscribing], return_when=asyncio.FIRST_EXCEPTION)
+            if subscribing.done():
+                subscribing.result()  # (its failure ends the session: reconnecting() retries)
+            await consuming
         finally:
+            for task in (subscribing, consuming):
+                task.cancel()
+            await asyncio.gather(subscribing, consuming, return_exceptions=True)
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
                             "them again to the next session", held)
+
+    async def _subscribe_inputs(self, t: Transport, topics: list[str]) -> None:
+        """Subscribe every input topic, up to ``SUBSCRIBE_WINDOW`` SUBSCRIBEs in flight (1,000
+        streams: 2,000 topics in a few round trips' time), then say the inputs are ready."""
+        window = asyncio.Semaphore(SUBSCRIBE_WINDOW)
+
+        async def one(topic: str) -> None:
+            async with window:
+                await t.subscribe(topic)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for topic in topics:
+                    group.create_task(one(topic))
+        except* TransportError as failed:  # the first one stands for all: the session is lost
+            raise failed.exceptions[0] from None
+        self._inputs_ready.set()
+
+    async def _consume_inputs(self, t: Transport, routes: dict[str, tuple[str, bool]]) -> None:
+        async for msg in t.messages():
+            route = routes.get(msg.topic)
+            if route is None:
+                continue
+            name, is_command = route
+            if is_command:
+                await self.handle_command(name, msg.payload)
+            else:
+                await self.handle_frame(name, msg.payload)
 
     async def _ingest_message(self, msg: Message) -> None:
         """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
