@@ -292,7 +292,13 @@ async def measure_startup(broker: Mosquitto, workdir: Path, cpu: int | None, siz
         for kind in ("first start", "restart"):
             label = f"{S}-{kind.replace(' ', '-')}"
             progress(f"start-up, {S} stream(s), {kind}")
-            r = await start_once(broker, config, S, cache, cpu, sizes.steady_s, label, workdir / f"{label}.stderr")
+            try:
+                r = await start_once(broker, config, S, cache, cpu, sizes.steady_s, label, workdir / f"{label}.stderr")
+            except RuntimeError as exc:  # a start that fails is a result (the table says so)
+                progress(f"  {label}: FAILED: {exc}")
+                r = {"label": label, "streams": S, "error": str(exc).splitlines()[0], "start_memory": {},
+                     "steady_memory": {}, "to_online_s": float("nan"), "to_first_record_s": float("nan"),
+                     "start_cpu_s": float("nan"), "exit_status": "failed"}
             r["kind"] = kind
             out.append(r)
     return out
