@@ -75,7 +75,7 @@ def test_all_ones_word_is_still_redacted_at_probability_one():
 
     thr = thresholds(np.array([[1.0, 1.0], [np.nextafter(1.0, 0.0), 0.0]]))
     out = apply_redaction(np.array([0, 1, 0], np.int8), thr, np.array([0, 0, 1]), MaxWords())
-    # w >> 1 = 2⁶³ − 1 < 2⁶³ (always) and also < ⌈(1 − 2⁻⁵³)·2⁶³⌉ = 2⁶³ − 2¹⁰
+    # U = 2⁶³ − 1 (all ones) < 2⁶³ (always) but not < ⌈(1 − 2⁻⁵³)·2⁶³⌉ = 2⁶³ − 2¹⁰
     np.testing.assert_array_equal(out, [REDACTED, REDACTED, 0])
 
 
