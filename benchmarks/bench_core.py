@@ -47,7 +47,15 @@ from streamguard import MarkovChain
 from streamguard.audit.exact import exact_leakage
 from streamguard.channel import ChannelSequence, redaction_tables
 from streamguard.redaction.plan import RedactionPlan, StreamPlan, plan_stream
-from streamguard.sampling import CsprngSource, KeystreamSource, SeededSource, apply_redaction, fill_bytes, thresholds
+from streamguard.sampling import (
+    CsprngSource,
+    KeystreamSource,
+    SeededSource,
+    apply_redaction,
+    compact_index,
+    fill_bytes,
+    thresholds,
+)
 
 from ._common import (
     PredrawnSource,
@@ -261,7 +269,7 @@ class Variant:
 def privatization_variants(plan: RedactionPlan, states: NDArray[np.int8]) -> list[Variant]:
     seq = plan.channels()
     thr = thresholds(seq.tables[:, :, -1])
-    idx = seq.index
+    idx = compact_index(seq.index, seq.tables.shape[0])  # as RedactionPlan.privatize passes it
     n = states.shape[0]
     csprng, keystream, seeded = CsprngSource(), KeystreamSource(), SeededSource(COIN_SEED)
     predrawn = PredrawnSource(CsprngSource().words(n))

@@ -223,12 +223,13 @@ def _redact_chunk(states, index, hi, tie, k, words, start, out, ties):  # pragma
     """First stage for records i = start … start + m − 1 (m = len(words)): out[i] = REDACTED if
     W = words[i − start] < H, else states[i]; the ties (W equal to the tie value) go to ``ties`` in
     record order and their count is returned; −1 (and nothing written) if a state or a row is out
-    of range. Indices are unsigned (no wrap-around checks) and the comparison is branch-free."""
+    of range. Indices are unsigned (no wrap-around checks) and the comparison is branch-free;
+    ``index`` may be any integer dtype (a negative int64 row becomes ≥ 2⁶³ as uint64)."""
     m = words.shape[0]
     kk = np.uint64(k)
     rows = np.uint64(hi.shape[0] // k)
     top_state = np.uint8(0)  # int8 states as uint8: a negative state is ≥ 128 ≥ k
-    top_row = np.uint64(0)  # int64 rows as uint64: a negative row is ≥ 2⁶³
+    top_row = np.uint64(0)
     for j in range(m):
         i = np.uint64(start + j)
         top_state = max(top_state, np.uint8(states[i]))
@@ -256,7 +257,7 @@ def _redact_chunk(states, index, hi, tie, k, words, start, out, ties):  # pragma
 def _redact_chunk_numpy(states, index, hi, tie, k, words, start, out, ties):
     """Plain-numpy reference of :func:`_redact_chunk`."""
     stop = start + words.shape[0]
-    s, r = states[start:stop].astype(np.int64), index[start:stop]
+    s, r = states[start:stop].astype(np.int64), index[start:stop].astype(np.int64)
     if np.any((s < 0) | (s >= k) | (r < 0) | (r >= hi.shape[0] // k)):
         return -1
     key = r * k + s
@@ -270,15 +271,32 @@ def _redact_chunk_numpy(states, index, hi, tie, k, words, start, out, ties):
 def _settle_ties(states, index, rest, k, ties, source, out) -> None:
     """Second stage: a tied record is redacted iff L < R, L the top 47 bits of a fresh 64-bit word."""
     low = np.ascontiguousarray(source.words(ties.size), dtype=np.uint64) >> np.uint64(64 - _REST_BITS)
-    redact = low < rest[index[ties] * k + states[ties]]
+    redact = low < rest[index[ties].astype(np.int64) * k + states[ties]]
     out[ties[redact]] = REDACTED
+
+
+#: Row-index dtypes the kernel takes as they are; any other is converted to int64.
+_INDEX_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int64))
+
+
+def compact_index(index: ArrayLike, rows: int) -> NDArray[np.unsignedinteger]:
+    """``index`` in the narrowest unsigned dtype that holds rows − 1 (uint8, uint16 or uint32), for
+    plans that privatize many times: the row index is the largest array the kernel reads (8 B a
+    record as int64, 1 B as uint8). Raises ValueError if an entry is not a row in 0..rows−1."""
+    idx = np.asarray(index)
+    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+        raise ValueError("plan index refers to a row that does not exist")
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if rows - 1 <= np.iinfo(dtype).max:
+            return np.ascontiguousarray(idx, dtype=dtype)
+    raise ValueError("a plan with more than 2^32 distinct rows is not supported")
 
 
 def _count_bad_states(states: NDArray[np.integer], k: int) -> int:
     return int(np.count_nonzero((states < 0) | (states >= k)))
 
 
-def _refuse(states: NDArray[np.int8], index: NDArray[np.int64], k: int, rows: int) -> None:
+def _refuse(states: NDArray[np.int8], index: NDArray[np.integer], k: int, rows: int) -> None:
     """Raise the error for out-of-range input (counts only, never a value)."""
     bad = _count_bad_states(states, k)
     if bad:
@@ -297,7 +315,8 @@ def apply_redaction(
     use_numpy: bool = False,
 ) -> NDArray[np.int8]:
     """Redact each record: out[i] = REDACTED with probability thr[index[i], states[i]] / 2⁶³, else
-    states[i]. ``thr`` is (c, k) uint64 from :func:`thresholds`; ``index`` picks a row per record.
+    states[i]. ``thr`` is (c, k) uint64 from :func:`thresholds`; ``index`` picks a row per record
+    (uint8, uint16, uint32 — see :func:`compact_index` — or int64 are used as they are).
 
     Exact lazy comparison (module docstring): per chunk of :data:`CHUNK` records, 2 random bytes a
     record are drawn into one reused buffer and compared at once; the ties draw one 64-bit word
@@ -307,7 +326,8 @@ def apply_redaction(
     does not exist; nothing is returned then.
     """
     raw = np.asarray(states)
-    idx = np.ascontiguousarray(index, dtype=np.int64)
+    idx = np.asarray(index)
+    idx = np.ascontiguousarray(idx, dtype=idx.dtype if idx.dtype in _INDEX_DTYPES else np.int64)
     if raw.shape != idx.shape or raw.ndim != 1:
         raise ValueError("states and index must be 1-D arrays of the same length")
     if raw.dtype.kind not in "iub":
