@@ -45,8 +45,8 @@ from ._jit import kernel
 #: Output code of a redacted record in sanitized state arrays.
 REDACTED = -1
 _SCALE = float(2**63)
-#: Records per fused step of :func:`apply_redaction`: 2 B of keystream, 8 B of index and 2 B of
-#: states and output each, ≈ 0.9 MiB in all, so one step stays in a core's L2 cache.
+#: Records per fused step of :func:`apply_redaction`: 2 B of keystream, 1–8 B of row index and 1 B
+#: each of state and output a record, ≤ 0.75 MiB in all, so one step stays in a core's L2 cache.
 CHUNK = 1 << 16
 
 
@@ -338,7 +338,7 @@ def apply_redaction(
     k = thr.shape[1]
     if raw.dtype != np.int8:
         # Range check on the caller's array, before the narrowing cast could wrap a value into range
-        # (int8 input is checked inside the kernel, in the same pass as the comparison).
+        # (int8 input is checked inside the kernel, chunk by chunk, while the chunk is in cache).
         bad = _count_bad_states(raw, k)
         if bad:
             raise ValueError(f"{bad} record(s) have a state outside 0..{k - 1}; refusing to privatize")
