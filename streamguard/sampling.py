@@ -202,32 +202,21 @@ def quantised(thr: NDArray[np.uint64]) -> NDArray[np.float64]:
 
 #: The lazy comparison's split of a 63-bit U: a first stage of 16 bits W, then 47 bits L.
 _REST_BITS = 47
-_REST_MASK = np.uint64((1 << _REST_BITS) - 1)
-#: A tie value no 16-bit word reaches: marks thresholds whose tie needs no more bits (R = 0).
-_NO_TIE = np.uint32(1 << 17)
-
-
-def lazy_stages(thr: NDArray[np.uint64]) -> tuple[NDArray[np.uint32], NDArray[np.uint32], NDArray[np.uint64]]:
-    """The thresholds split for the lazy comparison (module docstring), flattened row-major:
-    H = ⌊T / 2⁴⁷⌋ (uint32, ≤ 2¹⁶), the tie value (H where R ≠ 0, else the unreachable 2¹⁷) and
-    R = T mod 2⁴⁷ (uint64). Entry r·k + s belongs to row r and state s."""
-    flat = np.ascontiguousarray(thr, dtype=np.uint64).reshape(-1)
-    hi = (flat >> np.uint64(_REST_BITS)).astype(np.uint32)
-    rest = flat & _REST_MASK
-    tie = np.where(rest != 0, hi, _NO_TIE).astype(np.uint32)
-    return hi, tie, rest
+_REST_MASK = (1 << _REST_BITS) - 1
 
 
 @kernel
-def _redact_chunk(states, index, hi, tie, k, words, start, out, ties):  # pragma: no cover - compiled
-    """First stage for records i = start … start + m − 1 (m = len(words)): out[i] = REDACTED if
-    W = words[i − start] < H, else states[i]; the ties (W equal to the tie value) go to ``ties`` in
-    record order and their count is returned; −1 (and nothing written) if a state or a row is out
-    of range. Indices are unsigned (no wrap-around checks) and the comparison is branch-free;
+def _redact_chunk(states, index, thr, k, words, start, out, ties):  # pragma: no cover - compiled
+    """First stage for records i = start … start + m − 1 (m = len(words)), with T = thr[index[i]·k
+    + states[i]] (``thr`` flattened row-major): out[i] = REDACTED if W = words[i − start] <
+    H = ⌊T / 2⁴⁷⌋, else states[i]; the ties (W = H and R = T mod 2⁴⁷ ≠ 0) go to ``ties`` in record
+    order and their count is returned; −1 (and nothing written) if a state or a row is out of
+    range. Indices are unsigned (no wrap-around checks) and the comparison is branch-free;
     ``index`` may be any integer dtype (a negative int64 row becomes ≥ 2⁶³ as uint64)."""
     m = words.shape[0]
     kk = np.uint64(k)
-    rows = np.uint64(hi.shape[0] // k)
+    rows = np.uint64(thr.shape[0] // k)
+    shift, mask = np.uint64(_REST_BITS), np.uint64(_REST_MASK)
     top_state = np.uint8(0)  # int8 states as uint8: a negative state is ≥ 128 ≥ k
     top_row = np.uint64(0)
     for j in range(m):
@@ -240,39 +229,43 @@ def _redact_chunk(states, index, hi, tie, k, words, start, out, ties):  # pragma
     for j in range(m):
         i = np.uint64(start + j)
         s = states[i]
-        key = np.uint64(index[i]) * kk + np.uint64(s)
-        w = np.uint32(words[j])
-        out[i] = s | -np.int8(w < hi[key])  # −1 = REDACTED if redacted, else s
-        nt += w == tie[key]
+        t = thr[np.uint64(index[i]) * kk + np.uint64(s)]
+        w = np.uint64(words[j])
+        h = t >> shift
+        out[i] = s | -np.int8(w < h)  # −1 = REDACTED if redacted, else s
+        nt += (w == h) & ((t & mask) != 0)
     if nt:  # rare (≤ 2⁻¹⁶ a record): a second pass over the chunk, still in cache, lists the ties
         nt = 0
         for j in range(m):
             i = np.uint64(start + j)
-            if np.uint32(words[j]) == tie[np.uint64(index[i]) * kk + np.uint64(states[i])]:
+            t = thr[np.uint64(index[i]) * kk + np.uint64(states[i])]
+            if np.uint64(words[j]) == t >> shift and (t & mask) != 0:
                 ties[nt] = i
                 nt += 1
     return nt
 
 
-def _redact_chunk_numpy(states, index, hi, tie, k, words, start, out, ties):
+def _redact_chunk_numpy(states, index, thr, k, words, start, out, ties):
     """Plain-numpy reference of :func:`_redact_chunk`."""
     stop = start + words.shape[0]
     s, r = states[start:stop].astype(np.int64), index[start:stop].astype(np.int64)
-    if np.any((s < 0) | (s >= k) | (r < 0) | (r >= hi.shape[0] // k)):
+    if np.any((s < 0) | (s >= k) | (r < 0) | (r >= thr.shape[0] // k)):
         return -1
-    key = r * k + s
-    w = words.astype(np.uint32)
-    out[start:stop] = np.where(w < hi[key], np.int8(REDACTED), states[start:stop])
-    tied = np.flatnonzero(w == tie[key]) + start
+    t = thr[r * k + s]
+    h, rest = t >> np.uint64(_REST_BITS), t & np.uint64(_REST_MASK)
+    w = words.astype(np.uint64)
+    out[start:stop] = np.where(w < h, np.int8(REDACTED), states[start:stop])
+    tied = np.flatnonzero((w == h) & (rest != 0)) + start
     ties[: tied.size] = tied
     return tied.size
 
 
-def _settle_ties(states, index, rest, k, ties, source, out) -> None:
-    """Second stage: a tied record is redacted iff L < R, L the top 47 bits of a fresh 64-bit word."""
+def _settle_ties(states, index, thr, k, ties, source, out) -> None:
+    """Second stage: a tied record is redacted iff L < R = T mod 2⁴⁷, L the top 47 bits of a fresh
+    64-bit word."""
     low = np.ascontiguousarray(source.words(ties.size), dtype=np.uint64) >> np.uint64(64 - _REST_BITS)
-    redact = low < rest[index[ties].astype(np.int64) * k + states[ties]]
-    out[ties[redact]] = REDACTED
+    rest = thr[index[ties].astype(np.int64) * k + states[ties]] & np.uint64(_REST_MASK)
+    out[ties[low < rest]] = REDACTED
 
 
 #: Row-index dtypes the kernel takes as they are; any other is converted to int64.
@@ -344,7 +337,7 @@ def apply_redaction(
             raise ValueError(f"{bad} record(s) have a state outside 0..{k - 1}; refusing to privatize")
     x = np.ascontiguousarray(raw, dtype=np.int8)
     n = x.shape[0]
-    hi, tie, rest = lazy_stages(thr)
+    flat = thr.reshape(-1)
     out = np.empty(n, dtype=np.int8)
     buf = np.empty(2 * min(n, CHUNK), dtype=np.uint8)
     words, ties = buf.view(np.uint16), np.empty(min(n, CHUNK), dtype=np.int64)
@@ -353,13 +346,13 @@ def apply_redaction(
     for start in range(0, n, CHUNK):
         m = min(CHUNK, n - start)
         fill_bytes(source, buf[: 2 * m])
-        nt = first_stage(x, idx, hi, tie, k, words[:m], start, out, ties)
+        nt = first_stage(x, idx, flat, k, words[:m], start, out, ties)
         if nt < 0:
             _refuse(x, idx, k, thr.shape[0])
         if nt:
             tied.append(ties[:nt].copy())
     if tied:
-        _settle_ties(x, idx, rest, k, np.concatenate(tied), source, out)
+        _settle_ties(x, idx, flat, k, np.concatenate(tied), source, out)
     return out
 
 
