@@ -96,9 +96,11 @@ class Timing:
         return statistics.median(self.cpu) if self.cpu else math.nan
 
     def as_dict(self) -> dict[str, Any]:
-        return {"median_s": self.median, "min_s": self.min, "max_s": self.max, "reps": len(self.times),
-                "inner": self.inner, "times_s": list(self.times), "cpu_median_s": self.cpu_median,
-                "cpu_s": list(self.cpu)}
+        out = {"median_s": self.median, "min_s": self.min, "max_s": self.max, "reps": len(self.times),
+               "inner": self.inner, "times_s": list(self.times)}
+        if self.cpu:
+            out |= {"cpu_median_s": self.cpu_median, "cpu_s": list(self.cpu)}
+        return out
 
 
 def measure(fn: Callable[[], T], reps: int = 3, min_time: float = 0.0) -> tuple[Timing, T]:
