@@ -194,10 +194,10 @@ class RobustStreamPlan(_Certified):
     point_worst: WorstCase | None  # that plan's worst case over the set
 
     def evaluation_plan(self) -> StreamPlan:
-        """The same table with the worst member found as its chain. The daemon's privatizer computes
-        its per-mark figures (late marks, the stream's start, restarts) exactly under this member
-        and the set's corners, and reports the worst — finitely many members, not a certificate over
-        the whole set (docs/model-sets.md §5)."""
+        """The same table with the worst member found as its chain (the status's plan leakage). The
+        daemon's privatizer certifies its per-mark figures (late marks, the stream's start, restarts)
+        over the whole box (model/box_window.py), or exactly over every finite member
+        (docs/model-sets.md §5)."""
         member = self.worst.member or self.design_member
         return StreamPlan(MarkovChain.binary(*member), self.plan.epsilon, self.plan.design, self.plan.left,
                           self.plan.right)
