@@ -15,7 +15,7 @@ from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import StreamPlan
 from ..redaction.plan_cache import PlanCache, cached_plan_stream
 from ..sampling import BitSource
-from ..ledger.events import RedactionEvent
+from ..ledger.events import DriftEvent, RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
 from ..model.robust import RobustStreamPlan, robust_stream_plan
@@ -64,8 +64,12 @@ class RedactionRuntime(StreamRuntime):
         self.plan_leakage = self.plan.leakage()
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
+        #: The id of the model (set) the drift alarm concerns (ledger drift events name it).
+        self.model_id = guarded.digest()
         #: The drift guard, reading only what is released unchanged (streamguard.model.drift).
         self.drift = DriftGuard(guarded, cfg.drift_false_alarm) if guard_on else None
+        if resume.drift is not None and resume.drift.raised:
+            self._restore_drift(resume.drift, guarded)
         self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
@@ -152,14 +156,42 @@ class RedactionRuntime(StreamRuntime):
         return releases
 
     def _on_drift(self) -> None:
-        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING."""
+        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING,
+        and a drift ledger event (raised) — which also keeps the alarm across restarts."""
         assert self.drift is not None
         log.warning("stream %s: DRIFT — the live chain has left the model set (sequential test, false-alarm rate "
                     "%g, after %d observed transitions): marks' windows are now fully redacted and aggregates "
                     "stop; re-calibrate and restart the daemon", self.name, self.drift.false_alarm,
                     self.drift.transitions)
+        self._ledger_events.append(DriftEvent(
+            device=self.settings.device, stream=self.name, raised=True, model=self.model_id,
+            transitions=self.drift.transitions, false_alarm=self.drift.false_alarm,
+            reason="the sequential test found the live chain outside the model set"))
+        self._fail_closed()
+
+    def _fail_closed(self) -> None:
         self.core.fail_closed("drift: the live chain left the model set; the window is fully redacted but no "
                               "guarantee is stated outside the set")
+
+    def _restore_drift(self, event: DriftEvent, guarded: ModelSet) -> None:
+        """Recovery rule (docs/model-sets.md §6): an alarm raised under this model set holds after a
+        restart — the stream starts failing closed, the guard is on whatever the configuration says;
+        under a different model set (re-calibrated) it is cleared, with a ledger event of its own."""
+        if event.model != self.model_id:
+            log.info("stream %s: the drift alarm raised under model set %s is cleared: the stream now runs "
+                     "model set %s", self.name, event.model, self.model_id)
+            self._ledger_events.append(DriftEvent(
+                device=self.settings.device, stream=self.name, raised=False, model=self.model_id,
+                false_alarm=event.false_alarm,
+                reason=f"a new model set replaces {event.model}, under which the alarm was raised"))
+            return
+        if self.drift is None:
+            self.drift = DriftGuard(guarded, event.false_alarm)
+        self.drift.restore(event.transitions)
+        log.warning("stream %s: still in DRIFT — the alarm raised before the restart (ledger) holds under the "
+                    "same model set %s: marks' windows are fully redacted and aggregates stop; re-calibrate "
+                    "(a new model set clears it)", self.name, self.model_id)
+        self._fail_closed()
 
     def take_aggregates(self) -> list[tuple[int, AggregateRelease]]:
         """Aggregate releases to publish — none once the drift guard has fired (they are dropped)."""

@@ -23,7 +23,7 @@ from typing import Any
 from ..config import Settings, StreamConfig
 from ..sampling import BitSource
 from .privatizer import Mark
-from ..ledger.events import Event
+from ..ledger.events import DriftEvent, Event
 from ..quilt.release import AggregateRelease
 from .aggregates import StreamAggregates
 from .records import RawRecord, Rejection, SensitiveField, parse_frame
@@ -73,6 +73,8 @@ class Resume:
     restarted: bool = False
     #: The newest step's timestamp before the restart (frames at or before it make no new step).
     newest_ts: float | None = None
+    #: The stream's latest drift event in the ledger (the alarm persists across restarts).
+    drift: DriftEvent | None = None
 
 
 #: A stream's first start.
