@@ -18,7 +18,8 @@ from ..sampling import BitSource
 from ..ledger.events import DriftEvent, RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
-from ..model.robust import RobustStreamPlan, robust_stream_plan
+from ..model.robust import RobustStreamPlan
+from ..model.robust_cache import cached_robust_stream_plan
 from ..quilt.release import AggregateRelease
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection
@@ -42,8 +43,9 @@ class RedactionRuntime(StreamRuntime):
         self.model_set = cfg.model_set()
         self.robust: RobustStreamPlan | None = None
         self.plan: StreamPlan | KStreamPlan
-        if self.model_set is not None:  # (robust plans are not cached)
-            self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
+        if self.model_set is not None:  # cached by the set's content, re-certified on every start
+            self.robust = cached_robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split,
+                                                    cache=plan_cache)
             self.plan = self.robust.evaluation_plan()
         elif self.chain.is_binary:
             self.plan = cached_plan_stream(
