@@ -100,7 +100,8 @@ class StreamRuntime(abc.ABC):
         self._last_ts: float | None = None
         #: The stream's Markov model, built once (a calibration file is read once).
         self.chain = cfg.chain()
-        self.aggregates = StreamAggregates(cfg, self.chain, aggregate_source or source) if cfg.aggregates else None
+        self.aggregates = (StreamAggregates(cfg, cfg.model_chains(), aggregate_source or source) if cfg.aggregates
+                           else None)
         self._aggregate_releases: list[tuple[int, AggregateRelease]] = []
         self._ledger_events: list[Event] = []
         #: What a step is (set by each mechanism, which knows where its positions continue).
