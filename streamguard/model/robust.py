@@ -192,6 +192,7 @@ class RobustStreamPlan(_Certified):
     point_plan: StreamPlan | None  # the plan designed on the point estimate alone, for comparison
     point_expected_redacted: float | None
     point_worst: WorstCase | None  # that plan's worst case over the set
+    epsilon: float  # the budget certified over the set (``plan.epsilon`` is the design budget ε' ≤ ε)
 
     def evaluation_plan(self) -> StreamPlan:
         """The same table with the worst member found as its chain (the status's plan leakage). The
@@ -199,7 +200,9 @@ class RobustStreamPlan(_Certified):
         over the whole box (model/box_window.py), or exactly over every finite member
         (docs/model-sets.md §5)."""
         member = self.worst.member or self.design_member
-        return StreamPlan(MarkovChain.binary(*member), self.plan.epsilon, self.plan.design, self.plan.left,
+        # ε, not the design budget ε': the privatizer's marks are held to the certified budget (a
+        # plan designed with ε' < ε and the marks checked against ε' were all reported not honoured)
+        return StreamPlan(MarkovChain.binary(*member), self.epsilon, self.plan.design, self.plan.left,
                           self.plan.right)
 
     def status(self) -> dict[str, Any]:
@@ -295,7 +298,7 @@ def certified_stream_plan(model_set: ModelSet, epsilon: float, plan: StreamPlan,
         point_cost = _stream_cost(point_plan, law)
         point_worst = worst_leakage(model_set, stream_windows(point_plan))
     return RobustStreamPlan(model_set, final, design_member, design_budget, plan, _stream_cost(plan, law),
-                            point_plan, point_cost, point_worst)
+                            point_plan, point_cost, point_worst, epsilon)
 
 
 @dataclass(frozen=True)
