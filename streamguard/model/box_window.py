@@ -40,8 +40,9 @@ unlike the per-member code (which stops at a mixing horizon), *every* gap is cov
 
 **Laws.** Any law of the first record: t_Q starts at [0, 1]; a stated law μ: at μ_0. A released
 stand-in at distance ≥ d after a start with any law has its law in conv(rows of P^d)
-(audit/start.py): [0, 1] propagated through d box steps — after ``LAW_STEPS`` steps the propagation
-stops, which only widens the set (the sets are nested: S_{n+1} = F(S_n) ⊂ F(S_{n−1}) = S_n).
+(audit/start.py): [0, 1] propagated through d box steps (in closed form when every kernel of the box
+has λ ≥ 0, :func:`_law_interval`); stopping after ``LAW_STEPS`` steps only widens the set (the sets
+are nested: S_{n+1} = F(S_n) ⊂ F(S_{n−1}) = S_n).
 
 **All redacted to the first record.** With g(x, a) = Pr(all ⊥ | X_first = x, X_p = a),
 Pr(all ⊥ | X_p = a) = Σ_x Pr(X_first = x | X_p = a) g(x, a) lies between min_x and max_x of g(·, a),
@@ -54,9 +55,10 @@ r_m(x')) gives +∞ here: such a mark fails closed.
 
 **The certificate.** The bound of a sub-box is the largest over the window's cases (one per gap
 hypothesis) of max(L_01 + R_01, L_10 + R_10). Branch-and-bound splits the sub-box with the largest
-bound (robust._split); it stops when that bound is ≤ the caller's target (certified), within
-``REL_TOL`` of the bound of a single chain at a sub-box's centre (no further split can help much),
-or after ``MAX_BOXES`` sub-boxes (bounded work). The figure returned is the largest bound over a
+bound (robust._split); it stops when that bound is ≤ the caller's target (certified), when a
+single chain's bound (at a sub-box's centre) is already above the target (out of reach), within
+``REL_TOL`` of such a centre's bound (no further split can help much), or after ``MAX_BOXES``
+sub-boxes (bounded work). Every stop is a valid bound; the rules only trade tightness for work. The figure returned is the largest bound over a
 partition of the whole box: never below any member's leakage. When it exceeds ε the privatizer
 fails closed (the mark is not honoured and the rest of its window is fully redacted). Floating
 point is not rounded outward (as in :mod:`.interval`); the privatizer compares with ε·(1 + 1e−12).
@@ -269,10 +271,19 @@ def _propagate_rows(t: Interval | None, rows: Sequence[tuple[float, float]], kb:
 @lru_cache(maxsize=1024)
 def _law_interval(box: Box, d: int) -> Interval:
     """t of the law of a record ≥ d box steps after a start with any law: [0, 1] through d forward
-    steps, stopped early at the fixed point (the sets are nested, so the interval only shrinks)."""
+    steps (the sets are nested, so the interval only shrinks). When both extreme corner maps are
+    increasing in t (1 − α_lo − β_hi ≥ 0 and 1 − α_hi − β_lo ≥ 0: every kernel of the box has
+    λ ≥ 0) the upper end follows t ← β_hi + (1 − α_lo − β_hi) t and the lower end
+    t ← β_lo + (1 − α_hi − β_lo) t, so d steps have the closed form π* + (t_0 − π*) c^d; otherwise
+    the steps are iterated (at most LAW_STEPS, stopping at the fixed point)."""
+    (a0, a1), (b0, b1) = box
+    c_hi, c_lo = 1.0 - a0 - b1, 1.0 - a1 - b0
+    if c_hi >= 0.0 and c_lo >= 0.0 and a0 + b1 > 0.0 and a1 + b0 > 0.0:
+        p_hi, p_lo = b1 / (a0 + b1), b0 / (a1 + b0)
+        return max(0.0, p_lo * (1.0 - c_lo**d)), min(1.0, p_hi + (1.0 - p_hi) * c_hi**d)
     t: Interval = (0.0, 1.0)
     k = kernel_box(box, ONE)
-    for _ in range(d):
+    for _ in range(min(d, LAW_STEPS)):
         nxt = forward(t, _ONES, k)
         assert nxt is not None
         if nxt == t:
@@ -308,7 +319,7 @@ def left_bound(box: Box, case: LeftCase) -> tuple[float, float]:
     else:
         tq = (0.0, 1.0)
         if not case.reaches:
-            tq = _law_interval(box, min(case.distance, LAW_STEPS))
+            tq = _law_interval(box, case.distance)
     tq = _propagate_rows(tq, [_ONES] * steps, kb[::-1])
     assert tq is not None  # rows of ones always pass
     if S is None:
@@ -388,10 +399,12 @@ def _point(box: Box) -> Box:
 
 
 def certify(box: Box, cases: Sequence[WindowCase], *, key: str = "total", target: float | None = None,
-            rel_tol: float = REL_TOL, max_boxes: int = MAX_BOXES) -> Leakage:
+            give_up_above: float | None = None, rel_tol: float = REL_TOL, max_boxes: int = MAX_BOXES) -> Leakage:
     """Certified bound over ``box`` of the window's leakage (``key``: which figure the search
-    tightens — "total" or "left"); branch-and-bound as in the module docstring. The returned
-    figures are each the largest over the final partition."""
+    tightens — "total" or "left"); branch-and-bound as in the module docstring (``give_up_above``: stop
+    tightening once a single chain's bound exceeds it, as for ``target``, without stopping at a
+    certified target). The returned figures are each the largest over the final partition."""
+    cap = target if give_up_above is None else give_up_above
     from .robust import _split
 
     def val(lk: Leakage) -> float:
@@ -403,8 +416,8 @@ def certify(box: Box, cases: Sequence[WindowCase], *, key: str = "total", target
     count = uid = 1
     while True:
         upper = -heap[0][0]
-        if target is not None and upper <= target:
-            break
+        if (target is not None and upper <= target) or (cap is not None and best > cap):
+            break  # certified, or (a single chain's bound is already above it) out of reach
         if upper <= best + rel_tol * max(1.0, abs(best)) or count >= max_boxes:
             break
         if not math.isfinite(best):

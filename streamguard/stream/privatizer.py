@@ -46,7 +46,7 @@ from ..audit.exact import Leakage
 from ..audit.kstate import combine, right_pairs
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs
 from ..chain import MarkovChain
-from ..model.box_window import LeftCase, RightCase, WindowCase, certify, gap_kind, EXPLICIT_GAPS
+from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
@@ -55,6 +55,9 @@ from ..sampling import BitSource, apply_redaction, thresholds
 MARK_SOURCES = ("flag", "command", "schedule")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
+#: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a
+#: looser bound only redacts more on the right).
+LATE_LEFT_BOXES = 100
 
 
 def mixing_gap(chain: MarkovChain) -> int:
@@ -549,8 +552,14 @@ class StreamPrivatizer:
         """The exact left leakage of the mark's committed left rows (worst case, as above)."""
         left, _ = self._window_rows(m, committed=True)
         if self.box is not None:
-            return certify(self.box, self._box_cases(m.phys, left, None), key="left",
-                           target=self.plan.left.budget).left
+            # the decision it feeds: on time, whether the right side keeps the plan's rows (left ≤
+            # ε − ε_r; at the stream's start whether the left side is within its budget); late,
+            # the right budget ε − L_ℓ itself (no target: as tight as the bounded search gets)
+            reaches = m.left_reach >= m.phys
+            target = None if m.late else (self.plan.left.budget if reaches
+                                          else self.plan.epsilon - self.plan.right.budget)
+            return certify(self.box, self._box_cases(m.phys, left, None), key="left", target=target,
+                           give_up_above=self.plan.epsilon, max_boxes=LATE_LEFT_BOXES if m.late else MAX_BOXES).left
         G_all = self._gaps(m.phys - left.shape[0] - 1, m.phys)
         return max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
 
