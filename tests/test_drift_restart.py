@@ -2,7 +2,7 @@
 process, three lives on one outbox and ledger, a real Mosquitto) with a guarded single chain that
 the world does not follow. Life 1: the guard fires — one ``drift`` ledger event (raised). Life 2,
 same model: the stream starts in drift (restored from the ledger, no new event), so a private mark
-is fully redacted and not honoured with reason ``drift``. Life 3, a new model (re-calibrated): the
+is fully redacted and not honoured with reason ``drift``, and its aggregates stay stopped. Life 3, a new model (re-calibrated): the
 alarm is cleared with a ledger event of its own and the mark is honoured again."""
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ T0 = 1_700_000_000.0
 def _settings(broker: Broker, outbox: Path, model: dict[str, float]) -> Settings:
     return Settings(device=DEVICE, topic_base="dr", broker=broker.broker_config(), outbox={"path": outbox},
                     streams=[{"name": NAME, "labels": ["lo", "hi"], "model": model, "epsilon": 1.0,
-                              "source": "stdin", "drift_guard": True, "delay": 2}],
+                              "source": "stdin", "drift_guard": True, "delay": 2,
+                              "aggregates": [{"query": "histogram", "window": 10, "epsilon": 1.0}],
+                              # room for the windows under both models (the accountant composes across them)
+                              "aggregate_budget": 1000.0}],
                     stdout=False, deterministic_seed=3)
 
 
@@ -52,12 +55,16 @@ async def _life(broker: Broker, outbox: Path, model: dict[str, float], start: in
     return daemon.runtimes[NAME].privacy_status()
 
 
-def _drift_events(outbox: Path) -> list[dict[str, Any]]:
+def _events(outbox: Path, family: str) -> list[dict[str, Any]]:
     ledger = Ledger.open(outbox.with_name(outbox.stem + ".ledger.sqlite"), readonly=True)
     try:
-        return [e["event"] for e in ledger.export()["events"] if e["event"]["family"] == "drift"]
+        return [e["event"] for e in ledger.export()["events"] if e["event"]["family"] == family]
     finally:
         ledger.close()
+
+
+def _drift_events(outbox: Path) -> list[dict[str, Any]]:
+    return _events(outbox, "drift")
 
 
 async def test_the_drift_alarm_survives_a_restart_and_clears_on_a_new_model(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
@@ -72,6 +79,9 @@ async def test_the_drift_alarm_survives_a_restart_and_clears_on_a_new_model(mosq
     assert _drift_events(outbox) == [raised]  # restored, not raised again
     (mark,) = [m for m in s2["open_marks"] + s2["recent_marks"] if m["seq"] == 420]
     assert not mark["honoured"] and mark["reason"].startswith("drift")
+    # aggregates stop while in drift: none after the alarm, none in the restored life
+    aggs = _events(outbox, "aggregate")
+    assert aggs and all(e["hi"] < 400 for e in aggs)
 
     s3 = await _life(mosquitto, outbox, WORLD, 440, 40, private=460)
     assert not s3["drift"]["drift"] and not s3["drift"]["restored"]
@@ -80,6 +90,7 @@ async def test_the_drift_alarm_survives_a_restart_and_clears_on_a_new_model(mosq
     assert events[1]["model"] != raised["model"]
     (mark,) = [m for m in s3["open_marks"] + s3["recent_marks"] if m["seq"] == 460]
     assert mark["honoured"]
+    assert any(e["lo"] >= 440 for e in _events(outbox, "aggregate"))  # released again under the new model
 
 
 def test_a_drift_event_round_trips_charges_nothing_and_is_the_books_latest(tmp_path: Path) -> None:
