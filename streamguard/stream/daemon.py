@@ -66,6 +66,7 @@ from ..sampling import bit_source
 from .hass import Discovery
 from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox
 from .privatizer import Mark
+from .records import Rejection
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
@@ -213,11 +214,15 @@ class Daemon:
 
     # -- frames -------------------------------------------------------------------------------
     async def handle_frame(self, stream: str, data: StepInput, now: float | None = None) -> None:
+        """One raw message of a stream (its raw topic, a stdin line, a mapped sensor's step): a
+        frame, a batch of frames (a JSON list: StreamRuntime.on_message, decided together and
+        queued as one store entry), or a step whose reading is known to be unknown."""
         rt = self.runtimes.get(stream)
         if rt is None:
             return
         self.stats.frames += 1
-        releases, _ = rt.on_frame(data, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        releases = rt.on_frame(data, now)[0] if isinstance(data, Rejection) else rt.on_message(data, now)
         await self._store(rt, releases)
 
     async def handle_command(self, stream: str, data: bytes) -> None:

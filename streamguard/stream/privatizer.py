@@ -258,8 +258,11 @@ class StreamPrivatizer:
 
     # -- intake -------------------------------------------------------------------------------
     def accept(self, state: int, ts: float, *, now: float, private: bool = False,
-               source: str = "flag") -> tuple[int, list[Release]]:
-        """Take one validated record; returns its seq and the records decided as a result."""
+               source: str = "flag", defer: bool = False) -> tuple[int, list[Release]]:
+        """Take one validated record; returns its seq and the records decided as a result.
+        ``defer``: decide nothing yet — the caller takes several steps (a batch) and then calls
+        :meth:`decide_due` once, one kernel call for all (deciding later only lets more marks
+        reach a record: never less redaction)."""
         if not 0 <= int(state) < self.plan.chain.k:
             raise ValueError(f"state outside 0..{self.plan.chain.k - 1}")
         seq = self.next_seq
@@ -268,9 +271,10 @@ class StreamPrivatizer:
         self._push(seq, int(state), float(ts), now)
         if private:
             self.mark(seq, source=source)
-        return seq, self._decide_due()
+        return seq, [] if defer else self._decide_due()
 
-    def skip(self, *, now: float, ts: float | None = None, private: bool = False) -> list[Release]:
+    def skip(self, *, now: float, ts: float | None = None, private: bool = False,
+             defer: bool = False) -> list[Release]:
         """A rejected frame (or a step whose reading is missing): one physical step, no seq,
         redacted with probability 1. With ``private`` (the frame asked to be private, as far as it
         could be read, or its time lies in a private schedule) the step is marked private all the
@@ -278,7 +282,7 @@ class StreamPrivatizer:
         self._push(None, 0, math.nan if ts is None else float(ts), now)
         if private:
             self._mark_at(None, self.next_phys - 1, "flag")
-        return self._decide_due()
+        return [] if defer else self._decide_due()
 
     def _push(self, seq: int | None, state: int, ts: float, now: float) -> None:
         self._pending.append(_Pending(self.next_phys, seq, state, ts, float(now)))
@@ -287,6 +291,10 @@ class StreamPrivatizer:
             while len(self._ts_of) > self._keep:
                 self._ts_of.popitem(last=False)
         self.next_phys += 1
+
+    def decide_due(self) -> list[Release]:
+        """Decide the records that are due (more than ``delay`` steps behind the newest)."""
+        return self._decide_due()
 
     def _decide_due(self) -> list[Release]:
         count = 0

@@ -26,7 +26,7 @@ from .privatizer import Mark
 from ..ledger.events import Event
 from ..quilt.release import AggregateRelease
 from .aggregates import StreamAggregates
-from .records import RawRecord, Rejection, SensitiveField, parse_frame
+from .records import Element, RawRecord, Rejection, SensitiveField, parse_element, parse_frame, split_batch
 from .steps import Step, StepTracker
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
@@ -160,14 +160,17 @@ class StreamRuntime(abc.ABC):
     def command_topic(self) -> str:
         return self.settings.topic(self.name, "cmd")
 
-    def _parse(self, data: bytes, now: float) -> RawRecord | Rejection:
+    def _parse(self, data: bytes | Element, now: float) -> RawRecord | Rejection:
         clock = now if self.wall_clock else None
-        rec = parse_frame(data, self.states, now=clock, last_ts=self._last_ts, sensitive=self._sensitive())
+        if isinstance(data, Element):
+            rec = parse_element(data, self.states, now=clock, last_ts=self._last_ts, sensitive=self._sensitive())
+        else:
+            rec = parse_frame(data, self.states, now=clock, last_ts=self._last_ts, sensitive=self._sensitive())
         if not isinstance(rec, Rejection):
             rec = self._outside_model(rec) or rec
         return rec
 
-    def _intake(self, data: bytes | Rejection, now: float) -> tuple[RawRecord | Rejection, Step]:
+    def _intake(self, data: bytes | Element | Rejection, now: float) -> tuple[RawRecord | Rejection, Step]:
         """Validate a frame and say which step it is (steps.py). Every frame is counted once: as a
         duplicate (it repeats a step already seen — whatever else is wrong with it), as rejected
         (by reason; a late frame is ``ts-out-of-order`` and no step), or as accepted. A
@@ -219,9 +222,30 @@ class StreamRuntime(abc.ABC):
         return "deterministic" if self.deterministic else "csprng"
 
     # -- what the daemon drives (each mechanism implements these) -------------------------------
+    def on_message(self, data: bytes, now: float) -> list[Any]:
+        """Validate and privatize one raw message of the stream's raw topic (or one stdin line):
+        a frame (:meth:`on_frame`) or a batch — a JSON list of frames (records.split_batch), whose
+        elements are the stream's next steps in list order, each validated and counted like a frame
+        of its own. A list over the bounds is one rejected, private step (fail closed). Returns
+        the records decided."""
+        batch = split_batch(data)
+        if batch is None:
+            return self.on_frame(data, now)[0]
+        if isinstance(batch, Rejection):
+            return self.on_frame(batch, now)[0]
+        return self._on_batch(batch, now)
+
+    def _on_batch(self, batch: list[Element], now: float) -> list[Any]:
+        """The elements of a batch, one step each (a mechanism may decide them together)."""
+        out: list[Any] = []
+        for element in batch:
+            out += self.on_frame(element, now)[0]
+        return out
+
     @abc.abstractmethod
-    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[Any], Rejection | None]:
-        """Validate and privatize one raw frame; returns the records decided and the rejection."""
+    def on_frame(self, data: bytes | Element | Rejection, now: float) -> tuple[list[Any], Rejection | None]:
+        """Validate and privatize one raw frame (or one element of a batch); returns the records
+        decided and the rejection."""
 
     @abc.abstractmethod
     def on_command(self, data: bytes) -> Rejection | None:
