@@ -232,3 +232,49 @@ def test_redaction_frequencies_in_batches_pass_an_exact_binomial_test(tmp_path: 
         p = float(table[d][state])
         assert binomial_tail(k, n, p) >= 1e-6, (d, state, k, n, p)
     assert math.isclose(sum(k for (d, _), (k, _) in counts.items() if d == 0), 300)
+
+
+def test_payload_is_the_json_encoding_of_the_record(tmp_path: Path) -> None:
+    """payload() formats the record from parts encoded once: byte for byte what the JSON encoder
+    writes for record() — labels (non-ASCII, quoted) and bins, NaN ts (null),
+    redacted and released records, both modes."""
+    from streamguard.stream.privatizer import Release
+
+    rng = np.random.default_rng(5)
+    for seed, states in ((7, {"labels": ["off", "ön \"x\""]}), (None, {"bins": [-1.5, 2.25, 1e300]})):
+        s = Settings(device="dev-1_x", topic_base="b", broker={"host": "127.0.0.1", "port": 1},
+                     outbox={"path": tmp_path / "o.sqlite"}, deterministic_seed=seed,
+                     streams=[{"name": "S_2", **states, "epsilon": 1.0, "source": "mqtt",
+                               "model": {"alpha": 0.1, "beta": 0.2}}])
+        rt = make_runtime(s, s.streams[0], bit_source(seed, 0))
+        assert isinstance(rt, RedactionRuntime)
+        k = rt.states.k
+        for i in range(300):
+            state = None if i % 3 == 0 else int(rng.integers(k))
+            ts = math.nan if i % 7 == 0 else float(rng.uniform(0, 2e9))
+            row = tuple(float(x) for x in rng.choice([0.0, 1.0, 1 / 3, 1e-300, 0.1], size=k))
+            r = Release(int(rng.integers(1 << 40)), int(rng.integers(1 << 40)), ts, state, row)
+            assert rt.payload(r) == json.dumps(rt.record(r), separators=(",", ":")).encode()
+
+
+def test_rows_of_a_decision_match_each_marks_row_at(tmp_path: Path) -> None:
+    """The core computes the rows of a group of consecutive positions one slice per mark side; by
+    brute force over random marks (k = 2, 3; empty and long sides; overlaps; positions before,
+    inside and after the group) they equal the element-wise maximum of Mark.row_at."""
+    from streamguard.stream.privatizer import Mark
+
+    core = _runtime(tmp_path).core
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        k = int(rng.integers(2, 4))
+        core.k = k
+        core._marks = [Mark(None, int(rng.integers(0, 30)), "flag", rng.random((int(rng.integers(0, 6)), k)),
+                            rng.random((int(rng.integers(0, 6)), k))) for _ in range(int(rng.integers(0, 4)))]
+        lo, count = int(rng.integers(0, 30)), int(rng.integers(1, 12))
+        want = np.zeros((count, k))
+        for i in range(count):
+            for m in core._marks:
+                r = m.row_at(lo + i)
+                if r is not None:
+                    np.maximum(want[i], r, out=want[i])
+        assert np.array_equal(core._rows_of(lo, count), want)

@@ -248,9 +248,10 @@ class Daemon:
         await between a decision and its place in the queue: the queue is in decision order, so
         each stream's records are in seq order)."""
         marks = rt.mark_records()  # (also turns the marks into ledger events)
+        name, topic, payload = rt.name, rt.data_topic(), rt.payload
         entry = _StoreEntry(
-            rt.name,
-            [Item(rt.name, r.seq, rt.data_topic(), rt.payload(r)) for r in releases],
+            name,
+            [Item(name, r.seq, topic, payload(r)) for r in releases],
             rt.take_decisions(),
             marks,
             rt.take_ledger_events(),

@@ -560,28 +560,43 @@ class StreamPrivatizer:
         return self._evaluate(m.phys, *self._window_rows(m, committed=False))
 
     # -- decisions ----------------------------------------------------------------------------
-    def _row(self, t: int) -> NDArray[np.float64]:
-        row = np.zeros(self.k)
+    def _rows_of(self, lo: int, count: int) -> NDArray[np.float64]:
+        """The rows of the consecutive positions lo..lo+count−1: for each, the element-wise maximum
+        over the marks of :meth:`Mark.row_at` (zeros where no mark reaches), one slice per mark
+        side instead of one lookup per position and mark."""
+        rows = np.zeros((count, self.k))
+        hi = lo + count
         for m in self._marks:
-            r = m.row_at(t)
-            if r is not None:
-                np.maximum(row, r, out=row)
-        return row
+            p = m.phys
+            a, b = max(lo, p + 1), min(hi, p + m.right.shape[0] + 1)  # right: t − p = 1..len(right)
+            if a < b:
+                np.maximum(rows[a - lo:b - lo], m.right[a - p - 1:b - p - 1], out=rows[a - lo:b - lo])
+            a, b = max(lo, p - m.left.shape[0]), min(hi, p)  # left: p − t = 1..len(left), reversed
+            if a < b:
+                np.maximum(rows[a - lo:b - lo], m.left[p - b:p - a][::-1], out=rows[a - lo:b - lo])
+            if lo <= p < hi:
+                rows[p - lo] = 1.0
+        return rows
 
     def _decide(self, count: int) -> list[Release]:
         if count == 0:
             return []
         batch = [self._pending.popleft() for _ in range(count)]
-        rows = np.stack([np.ones(self.k) if p.seq is None else self._row(p.phys) for p in batch])
+        lo = batch[0].phys  # (pending positions are consecutive: every step is pushed in order)
+        assert batch[-1].phys == lo + count - 1
+        rows = self._rows_of(lo, count)
+        for i, p in enumerate(batch):
+            if p.seq is None:  # a rejected frame or a missing reading: redacted with probability 1
+                rows[i] = 1.0
         states = np.array([p.state for p in batch], dtype=np.int8)
-        out = apply_redaction(states, thresholds(rows), np.arange(count), self.source)
+        out = apply_redaction(states, thresholds(rows), np.arange(count), self.source).tolist()
         releases = []
-        for p, row, y in zip(batch, rows, out):
-            r = tuple(float(v) for v in row)
+        for p, row, y in zip(batch, rows.tolist(), out):
+            r = tuple(row)
             self._rows[p.phys] = r
             self.last_decisions.append((p.phys, *r))
             if p.seq is not None:
-                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else int(y), r))
+                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else y, r))
         while len(self._rows) > self._keep:
             self._rows.popitem(last=False)
         while self._phys_of_seq and len(self._phys_of_seq) > self._keep:

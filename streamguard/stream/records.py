@@ -174,8 +174,10 @@ class _Object(dict):  # type: ignore[type-arg]
 
 def _object(pairs: list[tuple[str, Any]]) -> _Object:
     obj = _Object(pairs)
-    obj.asks_private = any(k.strip().lower() == "private" and v is not False for k, v in pairs) or any(
-        _asks_private(v) for _, v in pairs)  # nested objects (decoded first) and lists of them
+    for k, v in pairs:  # nested objects (decoded first) and lists of them count too
+        if (v is not False and k.strip().lower() == "private") or _asks_private(v):
+            obj.asks_private = True
+            break
     return obj
 
 

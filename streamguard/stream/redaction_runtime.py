@@ -3,6 +3,7 @@ events and the retained privacy status (the frame handling all streams share is 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import logging
@@ -78,6 +79,11 @@ class RedactionRuntime(StreamRuntime):
         #: none is lost before the owner takes them (take_decisions, mark_records).
         self._decisions: list[tuple[float, ...]] = []
         self._mark_events: list[Mark] = []
+        dump = functools.partial(json.dumps, separators=(",", ":"))
+        #: The payload's fixed parts, JSON-encoded once (:meth:`payload`): its head up to ``seq``,
+        #: each state's published value, the mode.
+        self._parts = (f'{{"device":{dump(settings.device)},"stream":{dump(self.name)},"seq":',
+                       [dump(self.states.label_of(i)) for i in range(self.states.k)], dump(self._mode()))
 
     # -- input --------------------------------------------------------------------------------
     def _on_batch(self, batch: list[Element], now: float) -> list[Release]:
@@ -270,7 +276,16 @@ class RedactionRuntime(StreamRuntime):
         }
 
     def payload(self, r: Release) -> bytes:
-        return json.dumps(self.record(r), separators=(",", ":")).encode()
+        """The bytes of ``json.dumps(self.record(r), separators=(",", ":"))``, formatted from parts
+        encoded once (the per-record JSON encoder was a tenth of the daemon's per-record path; a
+        test checks the two byte for byte): ints and ``repr`` of floats are what the JSON encoder
+        writes for them, and ``ts`` is finite or NaN (null)."""
+        head, values, mode = self._parts
+        ts = "null" if math.isnan(r.ts) else repr(r.ts)
+        value = "null" if r.state is None else values[r.state]
+        row = ",".join(map(repr, r.row))
+        return (f'{head}{r.seq},"position":{r.phys},"ts":{ts},"value":{value},'
+                f'"redacted":{"true" if r.state is None else "false"},"redaction":[{row}],"mode":{mode}}}').encode()
 
     def _model_description(self) -> dict[str, Any]:
         """The point model as a consumer needs it to re-audit and to correct its estimates
