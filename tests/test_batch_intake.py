@@ -278,3 +278,47 @@ def test_rows_of_a_decision_match_each_marks_row_at(tmp_path: Path) -> None:
                 if r is not None:
                     np.maximum(want[i], r, out=want[i])
         assert np.array_equal(core._rows_of(lo, count), want)
+
+
+def test_the_cheap_private_key_test_never_changes_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames and batches whose bytes hold neither a backslash nor "private" in any ASCII case are
+    decoded without the per-object hook (records.may_name_private). Over 4,000 generated documents
+    mixing keys like PRIVATE, " private ", "\\u0070rivate", "prİvate", nested objects and lists,
+    duplicates, NaN and bad values, every verdict (record or rejection, its private flag and ts)
+    is the one the hook path gives."""
+    from streamguard.stream import records
+
+    states = records.StateMap(labels=("off", "on"))
+    keys = ['"private"', '"PRIVATE"', '" Private "', '"\\u0070rivate"', '"prİvate"', '"priv"', '"value"',
+            '"ts"', '"x"', '"privateX"']
+    values = ['true', 'false', '"on"', '"off"', '1', 'NaN', 'null', '"yes"', '[{"private": true}]', '{"a": 1}',
+              f'{T0 + 3}', '[]', '{"PRIVATE": 0}']
+    rng = np.random.default_rng(8)
+
+    def doc() -> str:
+        pairs = [f'{keys[rng.integers(len(keys))]}: {values[rng.integers(len(values))]}'
+                 for _ in range(int(rng.integers(0, 5)))]
+        if rng.random() < 0.7:
+            pairs.append('"value": "on"')
+        if rng.random() < 0.7:
+            pairs.append(f'"ts": {T0 + int(rng.integers(10))}')
+        rng.shuffle(pairs)
+        return "{" + ", ".join(pairs) + "}"
+
+    def verdicts() -> list[object]:
+        out: list[object] = []
+        for data in documents:
+            out.append(records.parse_frame(data, states, now=NOW, last_ts=T0 + 2))
+            batch = records.split_batch(data)
+            if isinstance(batch, list):
+                out += [records.parse_element(e, states, now=NOW, last_ts=T0 + 2) for e in batch]
+            else:
+                out.append(batch)
+        return out
+
+    documents = [doc().encode() for _ in range(3000)]
+    documents += [("[" + ", ".join(doc() for _ in range(int(rng.integers(1, 5)))) + "]").encode() for _ in range(1000)]
+    fast = verdicts()
+    assert sum(not records.may_name_private(d) for d in documents) > 500  # the cheap path is exercised
+    monkeypatch.setattr(records, "may_name_private", lambda data: True)
+    assert verdicts() == fast

@@ -181,9 +181,22 @@ def _object(pairs: list[tuple[str, Any]]) -> _Object:
     return obj
 
 
-def _decode(text: str) -> Any:
-    """JSON with every object an :class:`_Object`; NaN/Infinity refused (:class:`_NonFinite`)."""
+def _decode(text: str, *, private_keys: bool = True) -> Any:
+    """JSON with every object an :class:`_Object`; NaN/Infinity refused (:class:`_NonFinite`).
+    ``private_keys=False`` (:func:`may_name_private` said no key can be "private"): plain dicts,
+    decoded by the C scanner without the per-object hook — none asks to be private."""
+    if not private_keys:
+        return json.loads(text, parse_constant=_reject_constant)
     return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_object)
+
+
+def may_name_private(data: bytes) -> bool:
+    """Can the document in ``data`` hold a key that reads "private" (any case, any escaping)? Not
+    if its bytes hold no backslash (so no escape) and no "private" in any ASCII case: a key whose
+    ``strip().lower()`` is "private" is that word's ASCII letters in some case, between whitespace
+    (the one non-ASCII character that lowercases to an ASCII letter, U+0130, lowercases to two
+    characters). A cheap test on the bytes that lets most frames skip the per-object hook."""
+    return b"\\" in data or b"private" in data.lower()
 
 
 def _asks_private(obj: Any) -> bool:
@@ -276,8 +289,9 @@ def split_batch(data: bytes) -> list[Element] | Rejection | None:
         found.append(True)
         return _NON_FINITE
 
+    hook = {"object_pairs_hook": _object} if may_name_private(data) else {}
     try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=constant, object_pairs_hook=_object)
+        doc = json.loads(data.decode("utf-8"), parse_constant=constant, **hook)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(doc, list):
@@ -325,7 +339,7 @@ def _parse(
     if isinstance(text, Rejection):
         return text
     try:
-        obj = _decode(text)
+        obj = _decode(text, private_keys=may_name_private(data))
     except _NonFinite:
         return Rejection("not-finite", "frame contains NaN or Infinity")
     except ValueError:

@@ -201,7 +201,7 @@ class StreamRuntime(abc.ABC):
         """Is time ``ts`` in a private schedule window (or, with ``guard``, within
         ``schedule_guard`` of one)? An unknown time (None: batch mode) is, when there is a
         schedule: fail closed."""
-        if ts is None:
+        if ts is None or not self.cfg.schedule:
             return bool(self.cfg.schedule)
         if guard:
             return any(w.near(ts, self.cfg.schedule_guard) for w in self.cfg.schedule)
