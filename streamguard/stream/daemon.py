@@ -64,7 +64,7 @@ from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
 from .hass import Discovery
-from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox
+from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox, Row
 from .privatizer import Mark
 from .records import Rejection
 from .publisher import Publisher
@@ -276,7 +276,7 @@ class Daemon:
                 report = any(e.marks or e.aggregates for e in group)  # (persisting empties aggregates)
                 while True:
                     try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
-                        await self._box.run(self._persist, group, self._closing)
+                        rows = await self._box.run(self._persist, group, self._closing)
                         break
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
@@ -293,7 +293,7 @@ class Daemon:
                 stored = sum(len(e.items) for e in group)
                 self.stats.stored += stored
                 if stored:
-                    self._publisher.notify()
+                    self._publisher.notify(rows)
                     if self.settings.stdout:  # the JSON-lines sink: stored, so never re-drawn
                         sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
                         sys.stdout.flush()
@@ -637,13 +637,14 @@ class Daemon:
         except TransportError as exc:
             log.warning("could not publish the offline status: %s", exc)
 
-    def _persist(self, box: Outbox, group: list[_StoreEntry], over_capacity: bool = False) -> None:
+    def _persist(self, box: Outbox, group: list[_StoreEntry], over_capacity: bool = False) -> list[Row] | None:
         """On the outbox thread: first the group's ledger events (durable; aggregates only if the
         budget filter admits them), then its records, rows used and mark states in one outbox
         transaction — so nothing is publishable before the ledger holds it. The ledger step is
         done once per entry: a retry (the outbox was full under ``stop-input``) only retries the
         store, with the admitted aggregates already turned into records. ``over_capacity`` is
-        passed to :meth:`Outbox.store` (shutdown)."""
+        passed to :meth:`Outbox.store` (shutdown). Returns the stored rows (for the publisher; None
+        when the overflow policy dropped records)."""
         assert self._ledger is not None
         self._ledger.commit_all([ev for e in group for ev in e.events])
         next_window: dict[str, int] = {}
@@ -668,8 +669,8 @@ class Daemon:
             marks.setdefault(e.stream, {}).update(e.marks)
             if e.newest is not None:
                 newest[e.stream] = max(newest.get(e.stream, e.newest), e.newest)
-        box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks,
-                  over_capacity=over_capacity, newest=newest)
+        return box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions,
+                         marks=marks, over_capacity=over_capacity, newest=newest)
 
     def _admit(self, a: _Aggregate) -> bool:
         """The ledger's budget filter for one aggregate release: is it admitted (and recorded)?"""
