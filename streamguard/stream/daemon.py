@@ -213,16 +213,22 @@ class Daemon:
                              persistent_session=persistent)
 
     # -- frames -------------------------------------------------------------------------------
-    async def handle_frame(self, stream: str, data: StepInput, now: float | None = None) -> None:
-        """One raw message of a stream (its raw topic, a stdin line, a mapped sensor's step): a
-        frame, a batch of frames (a JSON list: StreamRuntime.on_message, decided together and
-        queued as one store entry), or a step whose reading is known to be unknown."""
+    async def handle_frame(self, stream: str, data: StepInput | list[bytes], now: float | None = None) -> None:
+        """Raw input of a stream (its raw topic, a stdin line, a mapped sensor's step): a frame, a
+        batch of frames (a JSON list), several raw messages received together (a list of them:
+        StreamRuntime.on_messages — decided together and queued as one store entry), or a step
+        whose reading is known to be unknown."""
         rt = self.runtimes.get(stream)
         if rt is None:
             return
-        self.stats.frames += 1
         now = time.time() if now is None else now
-        releases = rt.on_frame(data, now)[0] if isinstance(data, Rejection) else rt.on_message(data, now)
+        if isinstance(data, Rejection):
+            self.stats.frames += 1
+            releases = rt.on_frame(data, now)[0]
+        else:
+            messages = data if isinstance(data, list) else [data]
+            self.stats.frames += len(messages)
+            releases = rt.on_messages(messages, now)
         await self._store(rt, releases)
 
     async def handle_command(self, stream: str, data: bytes) -> None:
@@ -367,15 +373,23 @@ class Daemon:
             await t.subscribe(topic)
         self._inputs_ready.set()
         try:
-            async for msg in t.messages():
-                route = routes.get(msg.topic)
-                if route is None:
-                    continue
-                name, is_command = route
-                if is_command:
-                    await self.handle_command(name, msg.payload)
-                else:
-                    await self.handle_frame(name, msg.payload)
+            async for group in t.message_groups():  # what queued up while the last group was handled
+                frames: list[bytes] = []  # consecutive raw frames of one stream, taken together
+                name = ""
+                for msg in group:
+                    route = routes.get(msg.topic)
+                    if route is None:
+                        continue
+                    if frames and (route[1] or route[0] != name):  # (commands keep their place)
+                        await self.handle_frame(name, frames)
+                        frames = []
+                    name, is_command = route
+                    if is_command:
+                        await self.handle_command(name, msg.payload)
+                    else:
+                        frames.append(msg.payload)
+                if frames:
+                    await self.handle_frame(name, frames)
         finally:
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "

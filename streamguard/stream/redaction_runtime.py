@@ -86,17 +86,17 @@ class RedactionRuntime(StreamRuntime):
                        [dump(self.states.label_of(i)) for i in range(self.states.k)], dump(self._mode()))
 
     # -- input --------------------------------------------------------------------------------
-    def _on_batch(self, batch: list[Element], now: float) -> list[Release]:
-        """A batch's elements are taken as steps one by one (marks included), then what is due is
-        decided in one kernel call. Deciding at the end of the batch instead of after each element
-        only lets a mark later in the batch reach more undecided records (never less redaction);
-        the newest record stays held until the next frame, so a ``"now"`` command after the batch
-        still protects it."""
+    def _on_batch(self, steps: list[bytes | Element | Rejection], now: float) -> list[Release]:
+        """Several steps (a batch's elements, frames received together) are taken one by one
+        (marks included), then what is due is decided in one kernel call per DECIDE_EVERY steps.
+        Deciding at the end instead of after each step only lets a mark on a later step reach more
+        undecided records (never less redaction); the newest record stays held until the next
+        frame, so a ``"now"`` command after them still protects it."""
         out: list[Release] = []
-        for lo in range(0, len(batch), DECIDE_EVERY):
+        for lo in range(0, len(steps), DECIDE_EVERY):
             self._defer = True
             try:
-                out += super()._on_batch(batch[lo:lo + DECIDE_EVERY], now)
+                out += super()._on_batch(steps[lo:lo + DECIDE_EVERY], now)
             finally:
                 self._defer = False
             out += self._count(self.core.decide_due())

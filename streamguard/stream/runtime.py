@@ -228,18 +228,27 @@ class StreamRuntime(abc.ABC):
         elements are the stream's next steps in list order, each validated and counted like a frame
         of its own. A list over the bounds is one rejected, private step (fail closed). Returns
         the records decided."""
-        batch = split_batch(data)
-        if batch is None:
-            return self.on_frame(data, now)[0]
-        if isinstance(batch, Rejection):
-            return self.on_frame(batch, now)[0]
-        return self._on_batch(batch, now)
+        return self.on_messages([data], now)
 
-    def _on_batch(self, batch: list[Element], now: float) -> list[Any]:
-        """The elements of a batch, one step each (a mechanism may decide them together)."""
+    def on_messages(self, messages: list[bytes], now: float) -> list[Any]:
+        """:meth:`on_message` for raw messages of the stream received together, in order: their
+        steps are taken one by one and decided together (:meth:`_on_batch`)."""
+        steps: list[bytes | Element | Rejection] = []
+        for data in messages:
+            batch = split_batch(data)
+            if batch is None or isinstance(batch, Rejection):
+                steps.append(data if batch is None else batch)
+            else:
+                steps += batch
+        if len(steps) == 1:
+            return self.on_frame(steps[0], now)[0]
+        return self._on_batch(steps, now)
+
+    def _on_batch(self, steps: list[bytes | Element | Rejection], now: float) -> list[Any]:
+        """Several steps in order, each one frame (a mechanism may decide them together)."""
         out: list[Any] = []
-        for element in batch:
-            out += self.on_frame(element, now)[0]
+        for step in steps:
+            out += self.on_frame(step, now)[0]
         return out
 
     @abc.abstractmethod
