@@ -8,6 +8,7 @@ last record of the first. Every wait is bounded."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -85,3 +86,36 @@ async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mo
     assert json.loads(next(iter(payloads[599])))["redaction"] == [1.0, 1.0]  # the "now" mark
     lists = [m for m in spy.messages if m.topic == DATA]
     assert max(len(json.loads(m.payload)) for m in lists) == 50  # published in lists of batch_max
+
+
+async def test_a_command_keeps_its_place_among_frames_taken_together(mosquitto: Broker, tmp_path: Path,  # noqa: F811
+                                                                      monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Frames that queue up while the daemon is busy are taken together (transport
+    message_groups), but a command between them still applies where it arrived: a ``"now"`` sent
+    after frame 149 marks position 149 — not a later frame of the same group."""
+    from streamguard.stream import daemon as daemon_mod
+
+    slow = daemon_mod.Daemon.handle_frame
+    sizes: list[int] = []
+
+    async def handle_slowly(self, stream, data, now=None):  # type: ignore[no-untyped-def]
+        sizes.append(len(data) if isinstance(data, list) else 1)
+        await asyncio.sleep(0.01)  # intake slower than the producer: messages queue up
+        await slow(self, stream, data, now)
+
+    monkeypatch.setattr(daemon_mod.Daemon, "handle_frame", handle_slowly)
+    cfg = mosquitto.broker_config()
+    t0 = time.time() - 5000
+    frames = [json.dumps({"value": "off", "ts": t0 + i}).encode() for i in range(300)]
+    items = [(RAW, f) for f in frames[:150]] + [(CMD, b'{"private": "now"}')] + [(RAW, f) for f in frames[150:]]
+    async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
+        await until(daemon._inputs_ready.is_set, 20, "the input subscription")
+        await publish_all(cfg, items)
+        c = daemon.runtimes["s"].counters
+        await until(lambda: c.accepted == 300, 30, "every frame")
+        core = daemon.runtimes["s"].core
+        marks = [m.phys for m in [*core.finished, *core._marks]]
+    assert task.done() and task.exception() is None
+    assert marks == [149]
+    assert max(sizes) > 1  # frames were taken together
+
