@@ -46,6 +46,7 @@ from ..audit.exact import Leakage
 from ..audit.kstate import combine, right_pairs
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs
 from ..chain import MarkovChain
+from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
@@ -54,6 +55,9 @@ from ..sampling import BitSource, apply_redaction, thresholds
 MARK_SOURCES = ("flag", "command", "schedule")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
+#: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a
+#: looser bound only redacts more on the right).
+LATE_LEFT_BOXES = 100
 
 
 def mixing_gap(chain: MarkovChain) -> int:
@@ -243,6 +247,9 @@ class StreamPrivatizer:
     #: Further chains each mark's figure is evaluated under (the figure is the worst case over
     #: them and the plan's chain): members of a model set (streamguard.model).
     members: tuple[MarkovChain, ...] = ()
+    #: A binary box ((α_lo, α_hi), (β_lo, β_hi)) of chains: every mark's figure is then certified over
+    #: the whole box (streamguard.model.box_window), not evaluated under finitely many chains.
+    box: tuple[tuple[float, float], tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         if self.delay is None:
@@ -270,6 +277,8 @@ class StreamPrivatizer:
         self.k = self.plan.chain.k
         self._chains = [_ChainPowers(c) for c in (self.plan.chain, *self.members)]
         self._max_gap = max(mixing_gap(c.chain) for c in self._chains)
+        if self.box is not None and self.k != 2:
+            raise ValueError("a box of chains is a binary model set")
         if self.initial is not None:
             self.initial = np.asarray(self.initial, dtype=np.float64)
         for m in self._marks:  # restored open marks: their figure under the rows known now
@@ -277,8 +286,11 @@ class StreamPrivatizer:
 
     # -- intake -------------------------------------------------------------------------------
     def accept(self, state: int, ts: float, *, now: float, private: bool = False,
-               source: str = "flag") -> tuple[int, list[Release]]:
-        """Take one validated record; returns its seq and the records decided as a result."""
+               source: str = "flag", defer: bool = False) -> tuple[int, list[Release]]:
+        """Take one validated record; returns its seq and the records decided as a result.
+        ``defer``: decide nothing yet — the caller takes several steps (a batch) and then calls
+        :meth:`decide_due` once, one kernel call for all (deciding later only lets more marks
+        reach a record: never less redaction)."""
         if not 0 <= int(state) < self.plan.chain.k:
             raise ValueError(f"state outside 0..{self.plan.chain.k - 1}")
         seq = self.next_seq
@@ -287,9 +299,10 @@ class StreamPrivatizer:
         self._push(seq, int(state), float(ts), now)
         if private:
             self.mark(seq, source=source)
-        return seq, self._decide_due()
+        return seq, [] if defer else self._decide_due()
 
-    def skip(self, *, now: float, ts: float | None = None, private: bool = False) -> list[Release]:
+    def skip(self, *, now: float, ts: float | None = None, private: bool = False,
+             defer: bool = False) -> list[Release]:
         """A rejected frame (or a step whose reading is missing): one physical step, no seq,
         redacted with probability 1. With ``private`` (the frame asked to be private, as far as it
         could be read, or its time lies in a private schedule) the step is marked private all the
@@ -297,7 +310,7 @@ class StreamPrivatizer:
         self._push(None, 0, math.nan if ts is None else float(ts), now)
         if private:
             self._mark_at(None, self.next_phys - 1, "flag")
-        return self._decide_due()
+        return [] if defer else self._decide_due()
 
     def _push(self, seq: int | None, state: int, ts: float, now: float) -> None:
         self._pending.append(_Pending(self.next_phys, seq, state, ts, float(now)))
@@ -306,6 +319,10 @@ class StreamPrivatizer:
             while len(self._ts_of) > self._keep:
                 self._ts_of.popitem(last=False)
         self.next_phys += 1
+
+    def decide_due(self) -> list[Release]:
+        """Decide the records that are due (more than ``delay`` steps behind the newest)."""
+        return self._decide_due()
 
     def _decide_due(self) -> list[Release]:
         count = 0
@@ -548,7 +565,9 @@ class StreamPrivatizer:
 
     def _evaluate(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64]) -> Leakage:
         """Exact leakage about X_p of these rows, worst case over restart gaps, initial laws and the
-        chains evaluated (the plan's and ``members``)."""
+        chains evaluated (the plan's and ``members``); with a ``box``, the certified bound over it."""
+        if self.box is not None:
+            return certify(self.box, self._box_cases(p, left, right), target=self.plan.epsilon)
         worst = Leakage(0.0, 0.0, 0.0)
         for c in self._chains:
             for G in self._gaps(p - left.shape[0] - 1, p + right.shape[0] + 1):  # stand-ins included
@@ -559,8 +578,58 @@ class StreamPrivatizer:
     def _left_leakage(self, m: Mark) -> float:
         """The exact left leakage of the mark's committed left rows (worst case, as above)."""
         left, _ = self._window_rows(m, committed=True)
+        if self.box is not None:
+            # the decision it feeds: on time, whether the right side keeps the plan's rows (left ≤
+            # ε − ε_r; at the stream's start whether the left side is within its budget); late,
+            # the right budget ε − L_ℓ itself (no target: as tight as the bounded search gets)
+            reaches = m.left_reach >= m.phys
+            target = None if m.late else (self.plan.left.budget if reaches
+                                          else self.plan.epsilon - self.plan.right.budget)
+            return certify(self.box, self._box_cases(m.phys, left, None), key="left", target=target,
+                           give_up_above=self.plan.epsilon, max_boxes=LATE_LEFT_BOXES if m.late else MAX_BOXES).left
         G_all = self._gaps(m.phys - left.shape[0] - 1, m.phys)
         return max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
+
+    # -- certified figures over a box (streamguard.model.box_window) ---------------------------
+    def _box_cases(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64] | None) -> list[WindowCase]:
+        """The window's hypotheses for the box certificate, mirroring :meth:`_left_pairs` and
+        :meth:`_right_pairs`: G = 0 unless the window spans the restart, else every gap — G <
+        EXPLICIT_GAPS one by one, the rest (and G = ∞) in one tail enclosure — and a sensor that
+        restarted too (None)."""
+        hi = p + (0 if right is None else right.shape[0]) + 1
+        spans = self.boundary is not None and p - left.shape[0] - 1 < self.boundary <= hi
+        gaps: list[int | str | None] = [*range(EXPLICIT_GAPS), "tail", None] if spans else [0]
+        return [WindowCase(self._box_left(left, p, G), None if right is None else self._box_right(right, p, G))
+                for G in gaps]
+
+    def _box_left(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> LeftCase:
+        b, m = self.boundary, rows.shape[0]
+        if b is not None and G is None and p - m < b <= p:
+            m = p - b
+            rows = rows[:m]
+        first = 0 if b is None or G is not None or p < b else b
+        reaches = p - m == first
+        steps = m if reaches else m + 1
+        kinds = [(1, 1)] * steps
+        if b is not None and G:  # (a gap of G ≥ 1, or the tail)
+            j = p - b + 1
+            if 1 <= j <= steps:
+                kinds[j - 1] = gap_kind(None if G == "tail" else int(G))  # type: ignore[arg-type]
+        t0 = p - m - 1
+        d = t0 - b if b is not None and t0 >= b else t0
+        init = None if self.initial is None else (float(self.initial[0]), float(self.initial[1]))
+        return LeftCase(np.ascontiguousarray(rows, dtype=np.float64), tuple(kinds), reaches,
+                        init if reaches else None, max(d, 0))
+
+    def _box_right(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> RightCase:
+        cut = np.vstack([rows, np.zeros((1, self.k))])
+        kinds = [(1, 1)] * cut.shape[0]
+        b = self.boundary
+        if b is not None and G != 0:
+            j = b - p - 1
+            if 0 <= j < cut.shape[0]:
+                kinds[j] = gap_kind(None if G in ("tail", None) else int(G))  # type: ignore[arg-type]
+        return RightCase(cut, tuple(kinds))
 
     def _committed(self, m: Mark) -> Leakage:
         """The mark's figure now: rows used, and committed rows for its undecided records."""
@@ -571,28 +640,43 @@ class StreamPrivatizer:
         return self._evaluate(m.phys, *self._window_rows(m, committed=False))
 
     # -- decisions ----------------------------------------------------------------------------
-    def _row(self, t: int) -> NDArray[np.float64]:
-        row = np.zeros(self.k)
+    def _rows_of(self, lo: int, count: int) -> NDArray[np.float64]:
+        """The rows of the consecutive positions lo..lo+count−1: for each, the element-wise maximum
+        over the marks of :meth:`Mark.row_at` (zeros where no mark reaches), one slice per mark
+        side instead of one lookup per position and mark."""
+        rows = np.zeros((count, self.k))
+        hi = lo + count
         for m in self._marks:
-            r = m.row_at(t)
-            if r is not None:
-                np.maximum(row, r, out=row)
-        return row
+            p = m.phys
+            a, b = max(lo, p + 1), min(hi, p + m.right.shape[0] + 1)  # right: t − p = 1..len(right)
+            if a < b:
+                np.maximum(rows[a - lo:b - lo], m.right[a - p - 1:b - p - 1], out=rows[a - lo:b - lo])
+            a, b = max(lo, p - m.left.shape[0]), min(hi, p)  # left: p − t = 1..len(left), reversed
+            if a < b:
+                np.maximum(rows[a - lo:b - lo], m.left[p - b:p - a][::-1], out=rows[a - lo:b - lo])
+            if lo <= p < hi:
+                rows[p - lo] = 1.0
+        return rows
 
     def _decide(self, count: int) -> list[Release]:
         if count == 0:
             return []
         batch = [self._pending.popleft() for _ in range(count)]
-        rows = np.stack([np.ones(self.k) if p.seq is None else self._row(p.phys) for p in batch])
+        lo = batch[0].phys  # (pending positions are consecutive: every step is pushed in order)
+        assert batch[-1].phys == lo + count - 1
+        rows = self._rows_of(lo, count)
+        for i, p in enumerate(batch):
+            if p.seq is None:  # a rejected frame or a missing reading: redacted with probability 1
+                rows[i] = 1.0
         states = np.array([p.state for p in batch], dtype=np.int8)
-        out = apply_redaction(states, thresholds(rows), np.arange(count), self.source)
+        out = apply_redaction(states, thresholds(rows), np.arange(count), self.source).tolist()
         releases = []
-        for p, row, y in zip(batch, rows, out):
-            r = tuple(float(v) for v in row)
+        for p, row, y in zip(batch, rows.tolist(), out):
+            r = tuple(row)
             self._rows[p.phys] = r
             self.last_decisions.append((p.phys, *r))
             if p.seq is not None:
-                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else int(y), r))
+                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else y, r))
         while len(self._rows) > self._keep:
             self._rows.popitem(last=False)
         while self._phys_of_seq and len(self._phys_of_seq) > self._keep:

@@ -3,6 +3,7 @@ events and the retained privacy status (the frame handling all streams share is 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import logging
@@ -15,18 +16,24 @@ from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import StreamPlan
 from ..redaction.plan_cache import PlanCache, cached_plan_stream
 from ..sampling import BitSource
-from ..ledger.events import RedactionEvent
+from ..ledger.events import DriftEvent, RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
-from ..model.robust import RobustStreamPlan, robust_stream_plan
+from ..model.robust import RobustStreamPlan
+from ..model.robust_cache import cached_robust_stream_plan
 from ..quilt.release import AggregateRelease
 from .privatizer import Mark, Release, StreamPrivatizer
-from .records import Rejection
+from .records import Element, Rejection
 from .steps import StepTracker
 
 from .runtime import FRESH, Resume, StreamRuntime
 
 log = logging.getLogger(__name__)
+
+#: A batch is decided in chunks of at most this many elements (one kernel call each): the core
+#: keeps the rows of its last 4·(H_ℓ + H_r + 1) + delay + 64 positions, so every record one call
+#: decides, and the windows of the marks it finishes, are still in memory.
+DECIDE_EVERY = 32
 
 
 class RedactionRuntime(StreamRuntime):
@@ -42,8 +49,9 @@ class RedactionRuntime(StreamRuntime):
         self.model_set = cfg.model_set()
         self.robust: RobustStreamPlan | None = None
         self.plan: StreamPlan | KStreamPlan
-        if self.model_set is not None:  # (robust plans are not cached)
-            self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
+        if self.model_set is not None:  # cached by the set's content, re-certified on every start
+            self.robust = cached_robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split,
+                                                    cache=plan_cache)
             self.plan = self.robust.evaluation_plan()
         elif self.chain.is_binary:
             self.plan = cached_plan_stream(
@@ -57,19 +65,57 @@ class RedactionRuntime(StreamRuntime):
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
-                                     members=() if self.model_set is None else tuple(self.model_set.corners()))
+                                     members=() if self.model_set is None or self.model_set.kind == "box"
+                                     else tuple(self.model_set.members),
+                                     box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
+                                     else None)
         self.plan_leakage = self.plan.leakage() if plan_cache is None else plan_cache.leakage(self.plan)
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
+        #: The id of the model (set) the drift alarm concerns (ledger drift events name it).
+        self.model_id = guarded.digest()
         #: The drift guard, reading only what is released unchanged (streamguard.model.drift).
         self.drift = DriftGuard(guarded, cfg.drift_false_alarm) if guard_on else None
+        if resume.drift is not None and resume.drift.raised:
+            self._restore_drift(resume.drift, guarded)
         self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
         self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
+        #: Inside a batch (:meth:`_on_batch`): steps are taken, decisions wait for the chunk's end.
+        self._defer = False
+        #: Decisions and mark events moved out of the core's bounded deques during a batch, so
+        #: none is lost before the owner takes them (take_decisions, mark_records).
+        self._decisions: list[tuple[float, ...]] = []
+        self._mark_events: list[Mark] = []
+        dump = functools.partial(json.dumps, separators=(",", ":"))
+        #: The payload's fixed parts, JSON-encoded once (:meth:`payload`): its head up to ``seq``,
+        #: each state's published value, the mode.
+        self._parts = (f'{{"device":{dump(settings.device)},"stream":{dump(self.name)},"seq":',
+                       [dump(self.states.label_of(i)) for i in range(self.states.k)], dump(self._mode()))
 
     # -- input --------------------------------------------------------------------------------
-    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[Release], Rejection | None]:
+    def _on_batch(self, steps: list[bytes | Element | Rejection], now: float) -> list[Release]:
+        """Several steps (a batch's elements, frames received together) are taken one by one
+        (marks included), then what is due is decided in one kernel call per DECIDE_EVERY steps.
+        Deciding at the end instead of after each step only lets a mark on a later step reach more
+        undecided records (never less redaction); the newest record stays held until the next
+        frame, so a ``"now"`` command after them still protects it."""
+        out: list[Release] = []
+        for lo in range(0, len(steps), DECIDE_EVERY):
+            self._defer = True
+            try:
+                out += super()._on_batch(steps[lo:lo + DECIDE_EVERY], now)
+            finally:
+                self._defer = False
+            out += self._count(self.core.decide_due())
+            self._decisions += self.core.last_decisions
+            self.core.last_decisions.clear()
+            self._mark_events += self.core.mark_events
+            self.core.mark_events.clear()
+        return out
+
+    def on_frame(self, data: bytes | Element | Rejection, now: float) -> tuple[list[Release], Rejection | None]:
         """Validate and privatize one raw frame. Returns the records decided as a result and the
         rejection, if any.
 
@@ -89,20 +135,21 @@ class RedactionRuntime(StreamRuntime):
             return [], rejection
         releases: list[Release] = []
         for missing in step.missing:  # readings that never arrived still occupy their steps
-            releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True))
+            releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True),
+                                       defer=self._defer)
             self.steps.taken(missing, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None, missing)
         if isinstance(rec, Rejection):
             clock = now if self.wall_clock else None  # (its time: its own ts, else the daemon's clock)
             private = rec.private or self._scheduled(clock if rec.ts is None else rec.ts, guard=True)
-            releases += self.core.skip(now=now, ts=rec.ts, private=private)
+            releases += self.core.skip(now=now, ts=rec.ts, private=private, defer=self._defer)
             self.steps.taken(rec.ts, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None, now if rec.ts is None else rec.ts)
             return self._count(releases), rec
         scheduled = self._scheduled(rec.ts, guard=False)
         source = "flag" if rec.private else "schedule"
         _, accepted = self.core.accept(rec.state, math.nan if rec.ts is None else rec.ts, now=now, private=rec.private or scheduled,
-                                       source=source)
+                                       source=source, defer=self._defer)
         self.steps.taken(rec.ts, self.core.next_phys - 1)
         # a record flagged private on arrival stays out of the aggregate windows (its position is
         # still charged); a mark that comes later cannot take back a reading already counted
@@ -149,14 +196,42 @@ class RedactionRuntime(StreamRuntime):
         return releases
 
     def _on_drift(self) -> None:
-        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING."""
+        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING,
+        and a drift ledger event (raised) — which also keeps the alarm across restarts."""
         assert self.drift is not None
         log.warning("stream %s: DRIFT — the live chain has left the model set (sequential test, false-alarm rate "
                     "%g, after %d observed transitions): marks' windows are now fully redacted and aggregates "
                     "stop; re-calibrate and restart the daemon", self.name, self.drift.false_alarm,
                     self.drift.transitions)
+        self._ledger_events.append(DriftEvent(
+            device=self.settings.device, stream=self.name, raised=True, model=self.model_id,
+            transitions=self.drift.transitions, false_alarm=self.drift.false_alarm,
+            reason="the sequential test found the live chain outside the model set"))
+        self._fail_closed()
+
+    def _fail_closed(self) -> None:
         self.core.fail_closed("drift: the live chain left the model set; the window is fully redacted but no "
                               "guarantee is stated outside the set")
+
+    def _restore_drift(self, event: DriftEvent, guarded: ModelSet) -> None:
+        """Recovery rule (docs/model-sets.md §6): an alarm raised under this model set holds after a
+        restart — the stream starts failing closed, the guard is on whatever the configuration says;
+        under a different model set (re-calibrated) it is cleared, with a ledger event of its own."""
+        if event.model != self.model_id:
+            log.info("stream %s: the drift alarm raised under model set %s is cleared: the stream now runs "
+                     "model set %s", self.name, event.model, self.model_id)
+            self._ledger_events.append(DriftEvent(
+                device=self.settings.device, stream=self.name, raised=False, model=self.model_id,
+                false_alarm=event.false_alarm,
+                reason=f"a new model set replaces {event.model}, under which the alarm was raised"))
+            return
+        if self.drift is None:
+            self.drift = DriftGuard(guarded, event.false_alarm)
+        self.drift.restore(event.transitions)
+        log.warning("stream %s: still in DRIFT — the alarm raised before the restart (ledger) holds under the "
+                    "same model set %s: marks' windows are fully redacted and aggregates stop; re-calibrate "
+                    "(a new model set clears it)", self.name, self.model_id)
+        self._fail_closed()
 
     def take_aggregates(self) -> list[tuple[int, AggregateRelease]]:
         """Aggregate releases to publish — none once the drift guard has fired (they are dropped)."""
@@ -165,7 +240,7 @@ class RedactionRuntime(StreamRuntime):
 
     def take_decisions(self) -> list[tuple[float, ...]]:
         """The redaction rows used since the last call, (physical index, r0, …, r(k−1)), for the outbox."""
-        rows = list(self.core.last_decisions)
+        rows, self._decisions = [*self._decisions, *self.core.last_decisions], []
         self.core.last_decisions.clear()
         return rows
 
@@ -179,9 +254,10 @@ class RedactionRuntime(StreamRuntime):
         creation, or when the exact check at its end fails — naming the stream, the seq, the
         position and the reason, never a reading."""
         marks: list[Mark] = []
-        for m in self.core.mark_events:  # a mark created and finished since the last call is listed twice
-            if not any(m is k for k in marks):
+        for m in (*self._mark_events, *self.core.mark_events):  # a mark created and finished since the
+            if not any(m is k for k in marks):  # last call is listed twice
                 marks.append(m)
+        self._mark_events = []
         self.core.mark_events.clear()
         for m in marks:
             is_open, warned = self.core.is_open(m), any(m is w for w in self._warned_open)
@@ -237,7 +313,16 @@ class RedactionRuntime(StreamRuntime):
         }
 
     def payload(self, r: Release) -> bytes:
-        return json.dumps(self.record(r), separators=(",", ":")).encode()
+        """The bytes of ``json.dumps(self.record(r), separators=(",", ":"))``, formatted from parts
+        encoded once (the per-record JSON encoder was a tenth of the daemon's per-record path; a
+        test checks the two byte for byte): ints and ``repr`` of floats are what the JSON encoder
+        writes for them, and ``ts`` is finite or NaN (null)."""
+        head, values, mode = self._parts
+        ts = "null" if math.isnan(r.ts) else repr(r.ts)
+        value = "null" if r.state is None else values[r.state]
+        row = ",".join(map(repr, r.row))
+        return (f'{head}{r.seq},"position":{r.phys},"ts":{ts},"value":{value},'
+                f'"redacted":{"true" if r.state is None else "false"},"redaction":[{row}],"mode":{mode}}}').encode()
 
     def _model_description(self) -> dict[str, Any]:
         """The point model as a consumer needs it to re-audit and to correct its estimates
