@@ -1,7 +1,7 @@
 """The drift guard: a sequential test that the live chain has left the model set (issue 11;
 docs/model-sets.md §6).
 
-**What it reads.** Only records released *unchanged with probability 1* (redaction row (0, 0):
+**What it reads.** Only records released *unchanged with probability 1* (an all-zero redaction row:
 far from every mark), as they are published: transitions between two such records at consecutive
 steps. Everything it uses is already public, so its decision — and the fail-closed reaction — is a
 post-processing of the released stream: it costs no privacy budget and needs no ledger charge.
@@ -81,10 +81,10 @@ class DriftGuard:
     def transitions(self) -> int:
         return int(self.counts.sum())
 
-    def released(self, phys: int, state: int | None, row: tuple[float, float]) -> bool:
+    def released(self, phys: int, state: int | None, row: tuple[float, ...]) -> bool:
         """One decided record (physical index, released state or None, row used). Only records
-        released with row (0, 0) are read. Returns True when this record made the alarm fire."""
-        if state is None or row != (0.0, 0.0):
+        released with an all-zero row are read. Returns True when this record made the alarm fire."""
+        if state is None or any(row):
             self._prev = None
             return False
         prev, self._prev = self._prev, (phys, state)
@@ -127,4 +127,4 @@ class DriftGuard:
         """The guard's part of the privacy status."""
         return {"drift": self.alarm, "false_alarm_rate": self.false_alarm, "observed_transitions": self.transitions,
                 "fired_at_transitions": self.fired_at, "fired_row": self.fired_row, "restored": self.restored,
-                "reads": "only records released unchanged (row (0, 0)): post-processing, no budget"}
+                "reads": "only records released unchanged (an all-zero row): post-processing, no budget"}
