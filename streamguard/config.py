@@ -376,7 +376,7 @@ class StreamConfig(_Strict):
     #: Record the steps the privatizer sees (for calibration; ingest streams).
     record: RecordConfig | None = None
     #: The drift guard (streamguard.model.drift): None = on for a model set (file or calibration),
-    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate over the stream's life.
+    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate per run of the daemon.
     drift_guard: bool | None = None
     drift_false_alarm: float = Field(1e-3, gt=0, lt=1)
 

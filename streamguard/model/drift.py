@@ -13,8 +13,9 @@ member P of the model set" each row's set contains P[i, ·] at *every* time with
 
     some row's live set is disjoint from the model set's possible values of that row
 
-fires with probability ≤ δ over the *whole life* of the stream (union bound over rows), however
-often it is checked. Disjointness is checked on each entry's interval (the live set's projection vs
+fires with probability ≤ δ over the *whole life* of one guard (union bound over rows), however
+often it is checked. A guard lives for one run of the daemon (its counts are not persisted, only a
+raised alarm is): over R runs under the same set the false-alarm rate is at most R·δ. Disjointness is checked on each entry's interval (the live set's projection vs
 the model set's range of that entry: a box's α, β ranges, a finite set's members exactly, a row-wise
 region's entry bounds) — conservative: it can only make alarms rarer.
 
@@ -35,7 +36,7 @@ from numpy.typing import NDArray
 from .confidence import excludes_range, in_row_set, row_threshold
 from .modelset import ModelSet
 
-#: The default false-alarm rate over a stream's whole life.
+#: The default false-alarm rate over one guard's life (one run of the daemon).
 FALSE_ALARM = 1e-3
 #: Re-test after this many new observed transitions (any schedule keeps the rate valid).
 CHECK_EVERY = 16
