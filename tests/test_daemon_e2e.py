@@ -773,14 +773,24 @@ def test_fuzzed_frames_never_crash_nor_leak(mosquitto: Broker, tmp_path: Path) -
                     else:
                         expect["ambiguous"] = True  # depends on the daemon's exact clock reading
                     continue
-                lo, hi = (sent_at, sent_at + NOW_SLACK) if verdict == "now" else (verdict, verdict)
-                if lo >= max(last[1], newest[1]):
+                if verdict == "now":  # stamped max(the daemon's clock, just after the last accepted ts)
+                    lo = max(sent_at, math.nextafter(last[0], math.inf))  # (records._stamp: frames handled
+                    hi = max(sent_at + NOW_SLACK, math.nextafter(last[1], math.inf))  # together share a clock)
+                    if newest == last or lo > newest[1]:  # after the newest step for sure
+                        expect["accepted"] += 1
+                        last[:] = [lo, hi]
+                        newest[:] = [lo, hi]
+                    elif hi < newest[0]:
+                        expect["rejected"] += 1  # before a rejected frame's later ts: out of order
+                    else:
+                        expect["ambiguous"] = True
+                    continue
+                if verdict >= max(last[1], newest[1]):
                     expect["accepted"] += 1
-                    last[:] = [lo, hi]
-                    newest[:] = [lo, hi]
-                    if verdict != "now":
-                        seen.add(verdict)
-                elif hi < max(last[0], newest[0]):
+                    last[:] = [verdict, verdict]
+                    newest[:] = [verdict, verdict]
+                    seen.add(verdict)
+                elif verdict < max(last[0], newest[0]):
                     expect["rejected"] += 1  # out of order
                 else:
                     expect["ambiguous"] = True  # a "now" frame's clock reading is not known exactly
