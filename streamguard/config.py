@@ -395,8 +395,8 @@ class StreamConfig(_Strict):
         if ms is not None:
             if ms.k != smap.k:
                 raise ValueError(f"the model set has {ms.k} states but {smap.k} labels/bins are configured")
-            if ms.k != 2:
-                raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
+            if ms.k != 2 and ms.kind == "finite":
+                raise ValueError("model: a k-state model set must be a row-wise region (streamguard calibrate)")
             if self.mechanism != "redaction" or self.aggregates:
                 raise ValueError("model: a model set (file or calibration) is supported for redaction streams "
                                  "without aggregates; give a single chain (alpha/beta or matrix) otherwise")

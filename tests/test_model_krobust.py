@@ -213,3 +213,61 @@ def test_plan_model_json_for_a_k_state_set(tmp_path, capsys) -> None:
     assert table.shape[1] == 3
     assert main(["plan", "--model", str(path), "--n", "5", "--private", "2", "--epsilon", "1"]) == 2
     assert "streams only" in capsys.readouterr().err
+
+
+def test_the_daemon_runs_the_robust_k_state_plan(tmp_path, capsys) -> None:
+    """A k-state redaction stream with ``[streams.model] file``: the runtime's table is the robust
+    plan's, the status names the set and its certified worst case, every honoured mark's rows (as
+    used) are ≤ ε under random members of the set, and ``config check`` prints the region."""
+    from streamguard.audit.kstate import redaction_leakage
+    from streamguard.config import Settings
+    from streamguard.sampling import SeededSource
+    from streamguard.stream.redaction_runtime import RedactionRuntime
+
+    labels = ["low", "mid", "high"]
+    model = tmp_path / "MODEL.json"
+    ms = _calibrated(FAST, 20_000, 3)
+    ms.write(model)
+    stream = {"name": "s", "labels": labels, "model": {"file": str(model)}, "epsilon": 1.0, "delay": 4}
+    settings = Settings(device="dev", broker={"host": "127.0.0.1"}, outbox={"path": tmp_path / "o.sqlite"},
+                        streams=[stream])
+    rt = RedactionRuntime(settings, settings.streams[0], SeededSource(8))
+    robust = robust_kstream_plan(ms, 1.0, split=settings.streams[0].split)
+    assert rt.plan.table().tolist() == robust.plan.table().tolist()
+    g = np.random.default_rng(4)
+    rows: dict[int, tuple[float, ...]] = {}
+    x, n = 0, 300
+    for t in range(n):
+        frame = {"value": labels[x], "ts": 1.7e9 + t, **({"private": True} if t > 20 and g.random() < 0.03 else {})}
+        rt.on_frame(json.dumps(frame).encode(), now=1.7e9 + t)
+        x = int(g.choice(3, p=FAST[x]))
+        rows.update({int(r[0]): tuple(r[1:]) for r in rt.take_decisions()})
+    rt.drain()
+    rows.update({int(r[0]): tuple(r[1:]) for r in rt.take_decisions()})
+    used = np.array([rows[t] for t in range(n)])
+    status = rt.privacy_status()
+    assert "model set" in status["guarantee"]
+    assert status["model_set"]["kind"] == "rows" and status["model_set"]["id"] == ms.digest()
+    assert status["model_set"]["worst_case"]["bound"] <= 1.0
+    box = RowBox.of(ms.bounds[:, :, 0], ms.bounds[:, :, 1])
+    members = [MarkovChainOf(_member(box)) for _ in range(4)]
+    marks = [m for m in status["recent_marks"] if m["honoured"] and not m["late"]]
+    assert len(marks) >= 3
+    for mk in marks:
+        for Q in members:
+            assert redaction_leakage(Q.matrix, Q.stationary_law, used, mk["position"]).total <= 1.0 + 1e-9
+
+    toml = tmp_path / "sg.toml"
+    toml.write_text(f'device = "dev"\n[broker]\nhost = "127.0.0.1"\n[outbox]\npath = "{tmp_path / "o2.sqlite"}"\n'
+                    f'[[streams]]\nname = "s"\nlabels = {json.dumps(labels)}\nepsilon = 1.0\n'
+                    f'[streams.model]\nfile = "{model}"\n')
+    assert main(["config", "check", str(toml)]) == 0
+    out = capsys.readouterr().out
+    assert "model set (rows, confidence 0.95): P[i][j] ∈ row 0: [" in out and "worst case over it ≤ " in out
+    assert "[[" not in out
+
+
+def MarkovChainOf(P: np.ndarray):  # noqa: N802 - reads like the constructor it wraps
+    from streamguard.chain import MarkovChain
+
+    return MarkovChain(P)

@@ -36,7 +36,7 @@ from ..redaction.kplan import KStreamPlan, _stream_models, plan_kstream
 from ..redaction.plan import check_epsilon
 from .kinterval import MAX_STATES, law_ratio_bounds, left_bounds, right_bounds
 from .modelset import ModelSet
-from .robust import REL_TOL, WorstCase, _largest_certified, branch_and_bound
+from .robust import REL_TOL, RobustStreamPlan, WorstCase, _largest_certified, branch_and_bound, robust_stream_plan
 
 KWindow = tuple[NDArray[np.float64], NDArray[np.float64]]
 
@@ -277,3 +277,12 @@ def robust_kstream_plan(model_set: ModelSet, epsilon: float, *, split: str | flo
         raise ModelError("internal: the robust plan's certificate did not reproduce")
     return RobustKStreamPlan(model_set, final, P, e_design, plan, _cost(plan, law), point_plan, point_cost,
                              point_worst)
+
+
+def robust_plan_for(model_set: ModelSet, epsilon: float, *, design: str,
+                    split: str | float) -> RobustStreamPlan | RobustKStreamPlan:
+    """The daemon's robust table (the model-set twin of ``kplan.stream_plan_for``): the binary robust
+    3R plan (``design`` as configured) for two states, the k-state one (exact design) for more."""
+    if model_set.is_binary:
+        return robust_stream_plan(model_set, epsilon, design=design, split=split)
+    return robust_kstream_plan(model_set, epsilon, split=split)

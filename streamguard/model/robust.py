@@ -159,7 +159,7 @@ def worst_leakage(model_set: ModelSet, windows: Sequence[Window], *, target: flo
     """The worst case over a binary model set of the leakage of ``windows`` (each a private
     record's left and right rows outward, Y_p = ⊥): exact for a finite set, certified for a box."""
     if not model_set.is_binary:
-        raise ModelError("robust 3R planning over a k-state model set is not implemented (binary sets only)")
+        raise ModelError("worst_leakage: binary model sets (k-state row-wise sets: streamguard.model.krobust)")
     if model_set.kind == "finite":
         vals = [(_member_leakage(m.alpha, m.beta, windows), (m.alpha, m.beta)) for m in model_set.members]
         v, member = max(vals, key=lambda t: t[0])

@@ -18,7 +18,8 @@ from ..sampling import BitSource
 from ..ledger.events import RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
-from ..model.robust import RobustStreamPlan, robust_stream_plan
+from ..model.krobust import RobustKStreamPlan, robust_plan_for
+from ..model.robust import RobustStreamPlan
 from ..quilt.release import AggregateRelease
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection
@@ -40,10 +41,10 @@ class RedactionRuntime(StreamRuntime):
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
         #: The model set the plan is robust over (None: the single configured chain).
         self.model_set = cfg.model_set()
-        self.robust: RobustStreamPlan | None = None
+        self.robust: RobustStreamPlan | RobustKStreamPlan | None = None
         self.plan: StreamPlan | KStreamPlan
         if self.model_set is not None:  # (robust plans are not cached)
-            self.robust = robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
+            self.robust = robust_plan_for(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
             self.plan = self.robust.evaluation_plan()
         elif self.chain.is_binary:
             self.plan = cached_plan_stream(
@@ -57,7 +58,8 @@ class RedactionRuntime(StreamRuntime):
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
-                                     members=() if self.model_set is None else tuple(self.model_set.corners()))
+                                     members=() if self.model_set is None or not self.model_set.is_binary
+                                     else tuple(self.model_set.corners()))
         self.plan_leakage = self.plan.leakage()
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
