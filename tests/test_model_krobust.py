@@ -15,8 +15,8 @@ from streamguard.chain import ModelError, stationary_distribution
 from streamguard.cli import main
 from streamguard.model.calibrate import TransitionData
 from streamguard.model.interval import box_leakage_bound, corner_kernels
-from streamguard.model.kinterval import tree_weights
-from streamguard.model.krobust import (RowBox, kstream_windows, member_leakage, robust_kstream_plan,
+from streamguard.model.kinterval import law_ratio_bounds, stationary_vertices, tree_weights
+from streamguard.model.krobust import (RowBox, kstream_windows, member_leakage, reversed_box, robust_kstream_plan,
                                        windows_bound, worst_over_rows)
 from streamguard.model.modelset import from_calibration
 
@@ -146,6 +146,25 @@ def test_tree_weights_are_the_stationary_law() -> None:
         assert t / t.sum() == pytest.approx(stationary_distribution(P), rel=1e-9)
 
 
+@pytest.mark.parametrize("k", [3, 4, 5])
+def test_law_and_time_reversal_bounds_hold_every_member(k: int) -> None:
+    """log π_b/π_a ≤ law[a, b] (tree theorem ∧ stationary-law polytope), and the time reversal
+    P̃[t, s] = π_s P[s, t]/π_t of every member lies in the reversed box."""
+    for _ in range(3 if k < 5 else 1):
+        box = _box(_chain(k, 0.3), 0.3)
+        vertices = stationary_vertices(box.lo, box.hi)
+        assert vertices is not None
+        law = law_ratio_bounds(box.lo, box.hi, vertices)
+        rev = reversed_box(box, law, vertices)
+        assert rev is not None
+        for _ in range(40):
+            Q = _member(box)
+            pi = stationary_distribution(Q)
+            assert np.all(np.log(pi[None, :] / pi[:, None]) <= law + 1e-12)
+            Qr = (pi[None, :] * Q.T) / pi[:, None]
+            assert np.all(Qr >= rev.lo - 1e-12) and np.all(Qr <= rev.hi + 1e-12)
+
+
 def test_branch_and_bound_brackets_the_worst_member() -> None:
     P = _chain(3, 0.5)
     box = _box(P, 0.1)
@@ -186,9 +205,15 @@ def _calibrated(P: np.ndarray, steps: int, seed: int):
 FAST = np.array([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.25, 0.25, 0.5]])
 
 
-def test_the_robust_plan_is_certified_and_audited_exactly_under_members() -> None:
+@pytest.fixture(scope="module")
+def fast_set():
+    """One calibration of FAST (20,000 steps, 95 %) and its robust plan (split as the daemon's default)."""
     ms = _calibrated(FAST, 20_000, 1)
-    rp = robust_kstream_plan(ms, 1.0)
+    return ms, robust_kstream_plan(ms, 1.0, split="even")
+
+
+def test_the_robust_plan_is_certified_and_audited_exactly_under_members(fast_set) -> None:
+    ms, rp = fast_set
     assert rp.worst.bound <= 1.0
     w = kstream_windows(rp.plan)
     box = RowBox.of(ms.bounds[:, :, 0], ms.bounds[:, :, 1])
@@ -198,8 +223,8 @@ def test_the_robust_plan_is_certified_and_audited_exactly_under_members() -> Non
     assert rp.point_expected_redacted is not None and rp.expected_redacted >= rp.point_expected_redacted - 1e-9
 
 
-def test_plan_model_json_for_a_k_state_set(tmp_path, capsys) -> None:
-    ms = _calibrated(FAST, 20_000, 2)
+def test_plan_model_json_for_a_k_state_set(tmp_path, capsys, fast_set) -> None:
+    ms, _ = fast_set
     path = tmp_path / "MODEL.json"
     ms.write(path)
     assert main(["plan", "--model", str(path), "--stream", "--epsilon", "1", "--json"]) == 0
@@ -215,7 +240,7 @@ def test_plan_model_json_for_a_k_state_set(tmp_path, capsys) -> None:
     assert "streams only" in capsys.readouterr().err
 
 
-def test_the_daemon_runs_the_robust_k_state_plan(tmp_path, capsys) -> None:
+def test_the_daemon_runs_the_robust_k_state_plan(tmp_path, capsys, fast_set) -> None:
     """A k-state redaction stream with ``[streams.model] file``: the runtime's table is the robust
     plan's, the status names the set and its certified worst case, every honoured mark's rows (as
     used) are ≤ ε under random members of the set, and ``config check`` prints the region."""
@@ -226,13 +251,13 @@ def test_the_daemon_runs_the_robust_k_state_plan(tmp_path, capsys) -> None:
 
     labels = ["low", "mid", "high"]
     model = tmp_path / "MODEL.json"
-    ms = _calibrated(FAST, 20_000, 3)
+    ms, robust = fast_set
     ms.write(model)
     stream = {"name": "s", "labels": labels, "model": {"file": str(model)}, "epsilon": 1.0, "delay": 4}
     settings = Settings(device="dev", broker={"host": "127.0.0.1"}, outbox={"path": tmp_path / "o.sqlite"},
                         streams=[stream])
     rt = RedactionRuntime(settings, settings.streams[0], SeededSource(8))
-    robust = robust_kstream_plan(ms, 1.0, split=settings.streams[0].split)
+    assert settings.streams[0].split == "even"
     assert rt.plan.table().tolist() == robust.plan.table().tolist()
     g = np.random.default_rng(4)
     rows: dict[int, tuple[float, ...]] = {}

@@ -329,9 +329,71 @@ def tree_weights(M: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-def law_ratio_bounds(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray[np.float64]:
-    """(k, k) upper bounds on log π_b/π_a over the row-wise set [lo, hi] (entry [a, b]):
-    log T_b(hi) − log T_a(lo), rounded outward (T is monotone: non-negative coefficients)."""
+def _support(lo: NDArray[np.float64], hi: NDArray[np.float64], A: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """h_s(A) = max over the row set S_s of p(A) = min(Σ_{A} hi_s, 1 − Σ_{not A} lo_s), per row s."""
+    return np.minimum(np.where(A[None, :], hi, 0.0).sum(axis=1), 1.0 - np.where(A[None, :], 0.0, lo).sum(axis=1))
+
+
+#: Largest number of states whose stationary-law polytope is vertex-enumerated.
+MAX_POLYTOPE_STATES = 5
+
+
+def stationary_vertices(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> tuple[NDArray[np.float64], float] | None:
+    """Vertices of a polytope Π holding the stationary law of every member of the row-wise set, and
+    their relative rounding error. Π = {π ∈ simplex : π(A) ≤ Σ_s π_s h_s(A) for every proper
+    subset A}: πP = π gives π(A) = Σ_s π_s P_s(A) ≤ Σ_s π_s h_s(A). A vertex has k − 1 active
+    inequalities; a solution is kept when it violates no constraint by more than 1e-9 (so no vertex
+    is lost to rounding; an extra point only widens the bounds). None for k > MAX_POLYTOPE_STATES
+    (too many subsets) or when some vertex has an empty state (the ratios are then unbounded)."""
+    k = lo.shape[0]
+    if k > MAX_POLYTOPE_STATES:
+        return None
+    rows = []
+    for mask in range(1, (1 << k) - 1):
+        A = np.array([(mask >> i) & 1 for i in range(k)], dtype=bool)
+        rows.append(A.astype(np.float64) - _support(lo, hi, A))  # (row) · π ≤ 0
+    rows += list(-np.eye(k))  # −π ≤ 0
+    G = np.array(rows)
+    G = G / np.linalg.norm(G, axis=1, keepdims=True).clip(1e-300)  # unit rows: distances, scale-free conditioning
+    combos = np.array(list(itertools.combinations(range(G.shape[0]), k - 1)))
+    M = np.concatenate([G[combos], np.ones((combos.shape[0], 1, k))], axis=1)
+    rhs = np.zeros(k)
+    rhs[-1] = 1.0
+    cond = np.linalg.cond(M)
+    ok = cond < 1e12  # singular systems define no vertex
+    pts = np.linalg.solve(M[ok], np.broadcast_to(rhs, (int(ok.sum()), k))[..., None])[..., 0]
+    feasible = np.all(pts @ G.T <= 1e-9, axis=1)
+    pts, cond = np.clip(pts[feasible], 0.0, None), cond[ok][feasible]
+    if pts.shape[0] == 0 or np.any(pts.min(axis=1) <= 0.0):
+        return None
+    # a solve's relative error is at most ~cond·2⁻⁵² (over the smallest entry): 100× that
+    return pts, float(np.max(100 * 2.0**-52 * cond / pts.min(axis=1)))
+
+
+Vertices = tuple[NDArray[np.float64], float] | None
+
+
+def stationary_polytope_bounds(got: Vertices, k: int) -> NDArray[np.float64] | None:
+    """(k, k) upper bounds on log π_b/π_a (entry [a, b]) over Π from its vertices ``got``
+    (:func:`stationary_vertices`): a ratio of linear functions is largest at a vertex. None when Π
+    is not enumerated."""
+    if got is None:
+        return None
+    pts, slack = got
+    lp = np.log(pts)
+    out = np.zeros((k, k))
+    for a in range(k):
+        for b in range(k):
+            if a != b:
+                out[a, b] = float(np.max(lp[:, b] - lp[:, a])) + 2 * slack
+    return out
+
+
+def law_ratio_bounds(lo: NDArray[np.float64], hi: NDArray[np.float64], vertices: Vertices = None) -> NDArray[np.float64]:
+    """(k, k) upper bounds on log π_b/π_a over the row-wise set [lo, hi] (entry [a, b]): the
+    smaller of the tree-theorem bound log T_b(hi) − log T_a(lo), rounded outward (T is monotone:
+    non-negative coefficients), and the stationary-law polytope's (:func:`stationary_polytope_bounds`
+    of ``vertices``, the set's :func:`stationary_vertices`)."""
     t_hi = tree_weights(hi) * (1.0 + 1e-12)
     t_lo = tree_weights(lo) * (1.0 - 1e-12)
     k = lo.shape[0]
@@ -340,4 +402,5 @@ def law_ratio_bounds(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArra
         for b in range(k):
             if a != b:
                 out[a, b] = math.inf if t_lo[a] <= 0.0 else math.log(t_hi[b]) - math.log(t_lo[a])
-    return out
+    poly = stationary_polytope_bounds(vertices, k)
+    return out if poly is None else np.minimum(out, poly)

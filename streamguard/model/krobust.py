@@ -34,7 +34,7 @@ from ..audit.kstate import combine
 from ..chain import MarkovChain, ModelError
 from ..redaction.kplan import KStreamPlan, _stream_models, plan_kstream
 from ..redaction.plan import check_epsilon
-from .kinterval import MAX_STATES, law_ratio_bounds, left_bounds, right_bounds
+from .kinterval import MAX_STATES, Vertices, law_ratio_bounds, left_bounds, right_bounds, stationary_vertices
 from .modelset import ModelSet
 from .robust import REL_TOL, RobustStreamPlan, WorstCase, _largest_certified, branch_and_bound, robust_stream_plan
 
@@ -135,7 +135,9 @@ def windows_bound(box: RowBox, windows: Sequence[KWindow]) -> float:
     L[a,b] ≤ left bound + log π_b/π_a bound (:mod:`.kinterval`); for two states the left side is
     bounded like the right one (a stationary binary chain is reversible), as :mod:`.interval` does."""
     k = box.k
-    law = law_ratio_bounds(box.lo, box.hi) if k > 2 else None
+    vertices = stationary_vertices(box.lo, box.hi) if k > 2 else None
+    law = law_ratio_bounds(box.lo, box.hi, vertices) if k > 2 else None
+    rev = None if law is None else reversed_box(box, law, vertices)
     worst = -math.inf
     for left, right in windows:
         R = right_bounds(box.lo, box.hi, _released_beyond(right, k), False)
@@ -144,8 +146,41 @@ def windows_bound(box: RowBox, windows: Sequence[KWindow]) -> float:
         else:
             L = left_bounds(box.lo, box.hi, np.ascontiguousarray(left, dtype=np.float64))
             L = np.where(L == -math.inf, -math.inf, L + law)
+            if rev is not None:  # both bound the same quantity: keep the smaller, pair by pair
+                L = np.minimum(L, right_bounds(rev.lo, rev.hi, _released_beyond(left, k), False))
         worst = max(worst, combine(L, R).total)
     return worst
+
+
+def reversed_box(box: RowBox, law: NDArray[np.float64], vertices: Vertices) -> RowBox | None:
+    """A row-wise set holding every member's time reversal P̃[t, s] = π_s P[s, t] / π_t (the kernel
+    of the stationary chain read backwards, so the left side is a right side under P̃), as the
+    intersection of two valid boxes, rounded outward:
+
+    - P̃[t, s] ∈ [e^(−law[s,t]) lo[s,t], e^(law[t,s]) hi[s,t]], ``law[a, b]`` ≥ log π_b/π_a;
+    - with the vertices of the stationary-law polytope Π (kinterval.stationary_vertices), π_t = Σ_u π_u P[u, t], so
+      P̃[t, s] = π_s P[s,t] / (π_s P[s,t] + Σ_{u≠s} π_u P[u,t]), increasing in P[s, t] and
+      decreasing in the other rows' entries, each row free within its set: for fixed π its range is
+      [π_s lo_st / (π_s lo_st + Σ_{u≠s} π_u hi_ut), π_s hi_st / (π_s hi_st + Σ_{u≠s} π_u lo_ut)],
+      linear-fractional in π, so extreme at the vertices of Π.
+
+    None when the bounds hold no stochastic matrix (cannot happen for a non-empty set)."""
+    with np.errstate(over="ignore"):
+        lo = (np.exp(-law) * box.lo).T * (1.0 - 1e-12)
+        hi = (np.exp(law.T) * box.hi).T * (1.0 + 1e-12)
+    if vertices is not None:
+        pts, slack = vertices
+        widen = 2 * slack + 1e-12
+        for t in range(box.k):
+            for s in range(box.k):
+                num_hi, num_lo = pts[:, s] * box.hi[s, t], pts[:, s] * box.lo[s, t]
+                rest_lo = pts @ box.lo[:, t] - num_lo
+                rest_hi = pts @ box.hi[:, t] - num_hi
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    h = np.max(np.where(num_hi > 0, num_hi / (num_hi + rest_lo), 0.0)) * (1.0 + widen)
+                    lw = np.min(np.where(num_lo > 0, num_lo / (num_lo + rest_hi), 0.0)) * (1.0 - widen)
+                hi[t, s], lo[t, s] = min(hi[t, s], h), max(lo[t, s], lw)
+    return RowBox.of(lo, np.minimum(1.0, hi))
 
 
 def _released_beyond(rows: NDArray[np.float64], k: int) -> NDArray[np.float64]:
