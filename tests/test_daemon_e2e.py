@@ -875,6 +875,8 @@ async def test_run_demo_passes_its_end_to_end_checks() -> None:
     assert await asyncio.wait_for(run_demo(duration=4, rate=20.0, seed=3, broker=None, out=out), 60) == 0
     text = out.getvalue()
     assert "checks: all passed" in text and "embedded MQTT broker (amqtt) on 127.0.0.1:" in text
+    summary = text.split("summary after", 1)[1]  # counters in words, no Python dict reprs
+    assert "simulator sent: frames " in summary and "{" not in summary
 
 
 async def test_stdout_sink_and_extra_source_feed_the_same_records(mosquitto, tmp_path, capsys) -> None:

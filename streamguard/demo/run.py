@@ -248,8 +248,8 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float, hall_sent: int)
         honoured = sum(m["honoured"] for m in marks)
         leaks = [_leak(m) for m in marks if m.get("achieved")]
         lines.append(
-            f"  {s.name}: accepted {c.get('accepted', 0)}, rejected {c.get('rejected', {})}, published {len(recs)} "
-            f"({len(recs) - red} released, {red} redacted); plan: horizons {pv.get('horizons')}, "
+            f"  {s.name}: accepted {c.get('accepted', 0)}, rejected {_counts(c.get('rejected', {}))}, published {len(recs)} "
+            f"({len(recs) - red} released, {red} redacted); plan: horizons {_horizons(pv.get('horizons'))}, "
             f"exact plan leakage {pv.get('plan_leakage', float('nan')):.4f} ≤ ε={s.epsilon:g}; "
             f"marks {len(marks)} ({honoured} honoured), max achieved leakage "
             + (f"{max(leaks):.4f}" if leaks else "—")
@@ -265,6 +265,18 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float, hall_sent: int)
     ingest = watch.privacy.get(HALL, {}).get("ingest") or {}
     lines.append(f"  {HALL}: {hall_sent} zigbee2mqtt messages sent, {len(hall)} records out on the "
                  f"0.2 s grid ({sum(r['redacted'] for r in hall)} redacted), unknown steps "
-                 f"{ingest.get('unknown_steps', {})}")
-    lines.append(f"  simulator sent: {sent}")
+                 f"{_counts(ingest.get('unknown_steps', {}))}")
+    lines.append(f"  simulator sent: frames {_counts(sent.get('frames', {}))}; faults {_counts(sent.get('faults', {}))}; "
+                 f"commands {sent.get('commands', 0)}")
     return "\n".join(lines)
+
+
+def _horizons(h: dict[str, int] | None) -> str:
+    """The plan's horizons as "left 7, right 7" (records held before / protected after a mark)."""
+    return "—" if not h else f"left {h.get('left')}, right {h.get('right')}"
+
+
+def _counts(counts: dict[str, Any]) -> str:
+    """``{"malformed": 3, "unmapped": 1}`` as "3 malformed, 1 unmapped"; "none" when empty or all zero."""
+    parts = [f"{n} {name}" for name, n in counts.items() if n]
+    return ", ".join(parts) if parts else "none"
