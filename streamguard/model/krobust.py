@@ -244,10 +244,24 @@ class RobustKStreamPlan:
 
     def evaluation_plan(self) -> KStreamPlan:
         """The same table with the worst member found as its chain (the privatizer's per-mark
-        figures for late marks and the start use it: one member, not a certificate; §5)."""
+        figures for late marks and the start use it and :meth:`evaluation_members`: finitely many
+        members, not a certificate; §5)."""
         P = self.worst.matrix if self.worst.matrix is not None else self.design_member
         return KStreamPlan(MarkovChain(P), self.plan.epsilon, self.plan.design, self.plan.left, self.plan.right,
                            self.plan.weights)
+
+    def evaluation_members(self) -> list[MarkovChain]:
+        """Further members the privatizer evaluates every mark under (beside the worst member found):
+        the point estimate and the set's stickiest member, when they are ergodic chains — finitely
+        many members, not a certificate (docs/model-sets.md §5)."""
+        out = [] if self.model_set.point is None else [self.model_set.point]
+        try:
+            sticky = MarkovChain(region(self.model_set).stickiest())
+            sticky.require_ergodic()
+            out.append(sticky)
+        except ModelError:
+            pass  # (a stickiest member that never leaves a state is refused before planning)
+        return out
 
     def utility_cost(self) -> float | None:
         return None if self.point_expected_redacted is None else self.expected_redacted - self.point_expected_redacted

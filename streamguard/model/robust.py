@@ -228,6 +228,10 @@ class RobustStreamPlan(_Certified):
         return StreamPlan(MarkovChain.binary(*member), self.plan.epsilon, self.plan.design, self.plan.left,
                           self.plan.right)
 
+    def evaluation_members(self) -> list[MarkovChain]:
+        """Further members the privatizer evaluates every mark under: the box's corners."""
+        return self.model_set.corners()
+
     def status(self) -> dict[str, Any]:
         """What the privacy status says about the model set and the plan's worst case."""
         return {**self.model_set.describe(), "worst_case": self.worst.as_dict(),

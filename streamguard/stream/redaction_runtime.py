@@ -58,8 +58,7 @@ class RedactionRuntime(StreamRuntime):
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
-                                     members=() if self.model_set is None or not self.model_set.is_binary
-                                     else tuple(self.model_set.corners()))
+                                     members=() if self.robust is None else tuple(self.robust.evaluation_members()))
         self.plan_leakage = self.plan.leakage()
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
