@@ -121,8 +121,9 @@ def branch_and_bound(root: R, upper: Callable[[R], float], lower: Callable[[R], 
     count, uid = 1, 1
     while heap:
         top = -heap[0][0]
-        if target is not None and (top <= target or best > target):
-            break
+        if target is not None and (top <= target or best > target or not math.isfinite(top)):
+            break  # certified, refuted, or uncertifiable (an infinite bound stays infinite on the sub-region
+            # that holds its zero entries, so the partition's maximum never becomes finite)
         if top <= best + rel_tol * max(abs(best), 1e-12) or count >= max_boxes or not math.isfinite(top) and count > 64:
             break
         _, _, cur = heapq.heappop(heap)
@@ -256,9 +257,13 @@ def _stream_cost(plan: StreamPlan, law: NDArray[np.float64]) -> float:
     return _redactions(plan.table(), law) - 1.0  # p itself is always redacted
 
 
-def _largest_certified(build: Any, worst: Any, epsilon: float) -> tuple[Any, float, WorstCase] | None:
-    """The plan ``build(ε')`` for the largest ε' ≤ ε (ε' = ε, else bisection) whose certified
-    worst case ``worst(plan)`` is ≤ ε; None if none of the budgets tried certifies."""
+def _largest_certified(build: Any, worst: Any, epsilon: float, *, steps: int = _BISECT_DESIGN,
+                       floor_first: bool = False) -> tuple[Any, float, WorstCase] | None:
+    """The plan ``build(ε')`` for the largest ε' ≤ ε (ε' = ε, else ``steps`` bisection steps) whose
+    certified worst case ``worst(plan)`` is ≤ ε; None if none of the budgets tried certifies.
+    ``floor_first``: after ε fails, try the smallest budget of the search (ε·2^−steps) next and
+    give up when it fails too (saves the bisection when designs are costly; it can only miss a
+    plan, never accept an uncertified one)."""
     def attempt(e: float) -> tuple[Any, WorstCase] | None:
         try:
             plan = build(e)
@@ -271,7 +276,13 @@ def _largest_certified(build: Any, worst: Any, epsilon: float) -> tuple[Any, flo
     if got is not None:
         return got[0], epsilon, got[1]
     lo, hi, found = 0.0, epsilon, None
-    for _ in range(_BISECT_DESIGN):
+    if floor_first:
+        floor = epsilon * 2.0**-steps
+        got = attempt(floor)
+        if got is None:
+            return None
+        lo, found = floor, (got[0], floor, got[1])
+    for _ in range(steps):
         mid = 0.5 * (lo + hi)
         got = attempt(mid)
         if got is None:
