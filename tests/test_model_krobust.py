@@ -105,7 +105,7 @@ def test_the_bound_covers_every_random_member(k: int) -> None:
 
 
 def test_the_bound_covers_brute_force_enumeration() -> None:
-    for _ in range(3):
+    for _ in range(2):
         P = _chain(3, 0.3)
         box = _box(P, 0.15)
         left, right = _rows(2, 3), _rows(2, 3)

@@ -114,6 +114,14 @@ def _widen(lo, hi):  # pragma: no cover - compiled
 
 
 @kernel
+def _unbounded(out):  # pragma: no cover - compiled
+    for a in range(out.shape[0]):
+        for b in range(out.shape[1]):
+            if a != b:
+                out[a, b] = np.inf
+
+
+@kernel
 def _right_event(rlo, rhi, rows, d, x, out, verts):  # pragma: no cover - compiled
     """Bound the right side's ratios of the event "first release at distance d (1-based) with value
     x" (x = −1: the all-redacted output of a side that ends at distance d) into ``out`` (max)."""
@@ -134,6 +142,9 @@ def _right_event(rlo, rhi, rows, d, x, out, verts):  # pragma: no cover - compil
     j = d
     while True:
         n = _vertices(lo, hi, verts)
+        if n == 0:  # an inconsistent box (rounding): fail closed rather than drop the event
+            _unbounded(out)
+            return
         nlo = np.ones(k)
         nhi = np.zeros(k)
         alive = False
@@ -161,15 +172,16 @@ def _right_event(rlo, rhi, rows, d, x, out, verts):  # pragma: no cover - compil
                             out[a, b] = val
                 continue
             alive = True
-            smax = 0.0
-            smin = 0.0
             for s in range(k):
-                smax += amax[s]
-                smin += amin[s]
-            for s in range(k):
-                den = amax[s] + smin - amin[s]
+                rest_min = 0.0  # Σ_{t≠s}, summed directly (no cancellation against the s term)
+                rest_max = 0.0
+                for t in range(k):
+                    if t != s:
+                        rest_min += amin[t]
+                        rest_max += amax[t]
+                den = amax[s] + rest_min
                 h = amax[s] / den if den > 0.0 else 1.0
-                den2 = amin[s] + smax - amax[s]
+                den2 = amin[s] + rest_max
                 lw = amin[s] / den2 if den2 > 0.0 else 0.0
                 if h > nhi[s]:
                     nhi[s] = h
@@ -229,6 +241,9 @@ def _left_event(rlo, rhi, colorder_hi, colorder_lo, rows, j0, x, out, verts):  #
         _widen(nlo, nhi)
         # g ← r_{j−1} ∘ g, normalised: linear-fractional, extremes at the vertices
         n = _vertices(nlo, nhi, verts)
+        if n == 0:  # an inconsistent box (rounding): fail closed rather than drop the event
+            _unbounded(out)
+            return
         alive = False
         for i in range(k):
             lo[i] = 1.0
@@ -250,6 +265,9 @@ def _left_event(rlo, rhi, colorder_hi, colorder_lo, rows, j0, x, out, verts):  #
         j -= 1
     # last step and ratio together: max over vertices g of Σ_s g_s hi'_sa / Σ_s g_s lo'_sb
     n = _vertices(lo, hi, verts)
+    if n == 0:
+        _unbounded(out)
+        return
     for v in range(n):
         for a in range(k):
             num = 0.0
