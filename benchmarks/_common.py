@@ -70,10 +70,13 @@ def elapsed() -> float:
 @dataclass(frozen=True)
 class Timing:
     """Wall-clock seconds per call (``time.perf_counter``) of each repetition of one measurement;
-    a repetition ran the call ``inner`` times back to back."""
+    a repetition ran the call ``inner`` times back to back. ``cpu`` holds the same repetitions'
+    CPU seconds per call of this process (``time.process_time``): on a loaded machine, CPU time of
+    a pinned single-threaded call is the steadier measure."""
 
     times: tuple[float, ...]
     inner: int = 1
+    cpu: tuple[float, ...] = ()
 
     @property
     def median(self) -> float:
@@ -87,9 +90,17 @@ class Timing:
     def max(self) -> float:
         return max(self.times)
 
+    @property
+    def cpu_median(self) -> float:
+        """Median CPU seconds per call (NaN if CPU time was not recorded)."""
+        return statistics.median(self.cpu) if self.cpu else math.nan
+
     def as_dict(self) -> dict[str, Any]:
-        return {"median_s": self.median, "min_s": self.min, "max_s": self.max, "reps": len(self.times),
-                "inner": self.inner, "times_s": list(self.times)}
+        out = {"median_s": self.median, "min_s": self.min, "max_s": self.max, "reps": len(self.times),
+               "inner": self.inner, "times_s": list(self.times)}
+        if self.cpu:
+            out |= {"cpu_median_s": self.cpu_median, "cpu_s": list(self.cpu)}
+        return out
 
 
 def measure(fn: Callable[[], T], reps: int = 3, min_time: float = 0.0) -> tuple[Timing, T]:
@@ -105,12 +116,14 @@ def measure(fn: Callable[[], T], reps: int = 3, min_time: float = 0.0) -> tuple[
         raise ValueError("reps must be ≥ 1")
     inner = 1
     times: list[float] = []
+    cpu: list[float] = []
     if min_time > 0:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = fn()
         once = time.perf_counter() - t0
         if once >= min_time:
             times.append(once)
+            cpu.append(time.process_time() - c0)
         else:
             inner = math.ceil(min_time / max(once, 1e-9))
     gc.collect()
@@ -118,14 +131,15 @@ def measure(fn: Callable[[], T], reps: int = 3, min_time: float = 0.0) -> tuple[
     gc.disable()
     try:
         while len(times) < reps:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(inner):
                 result = fn()
             times.append((time.perf_counter() - t0) / inner)
+            cpu.append((time.process_time() - c0) / inner)
     finally:
         if was_enabled:
             gc.enable()
-    return Timing(tuple(times), inner), result
+    return Timing(tuple(times), inner, tuple(cpu)), result
 
 
 def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:

@@ -1,4 +1,4 @@
-"""The ChaCha20 keystream CSPRNG (streamguard.sampling.KeystreamSource) and the lazy 32-bit
+"""The ChaCha20 keystream CSPRNG (streamguard.sampling.KeystreamSource) and the lazy 16-bit
 comparison of the redaction sampler.
 
 The keystream is checked against RFC 8439's test vector and against an independent pure-Python
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from streamguard import sampling
-from streamguard.sampling import REDACTED, KeystreamSource, apply_redaction, bit_source
+from streamguard.sampling import CHUNK, REDACTED, KeystreamSource, apply_redaction, bit_source
 
 MASK32 = 0xFFFFFFFF
 
@@ -76,7 +76,7 @@ def test_keystream_matches_the_reference_across_chunks() -> None:
 
 
 def test_every_block_has_a_fresh_key_from_the_os(monkeypatch: pytest.MonkeyPatch) -> None:
-    keys = [bytes([i]) * 32 for i in range(1, 5)]
+    keys = [bytes([i]) * 32 for i in range(1, 6)]
     drawn: list[int] = []
 
     def fake_urandom(n: int) -> bytes:
@@ -86,21 +86,34 @@ def test_every_block_has_a_fresh_key_from_the_os(monkeypatch: pytest.MonkeyPatch
 
     src = KeystreamSource(block_bytes=64)
     monkeypatch.setattr(sampling.os, "urandom", fake_urandom)
-    stream = [chacha20_block(k, 0, bytes(12)) for k in keys]
-    assert src.words(8).tobytes() == stream[0]  # one whole block under key 1
-    assert src.words(4).tobytes() == stream[1][:32]  # key 1 is spent: key 2
-    assert src.words32(8).tobytes() == stream[1][32:]
-    assert src.words32(1).tobytes() == stream[2][:4]  # key 3
-    assert src.words(7).tobytes() == stream[2][8:]  # draws start 8-byte aligned: bytes 4..7 are skipped
-    assert src.words(1).tobytes() == stream[3][:8]  # key 3 is spent: key 4
-    assert len(drawn) == 4
+    stream = b"".join(chacha20_block(k, 0, bytes(12)) for k in keys)  # 64 bytes (one block) per key
+    assert src.words(8).tobytes() == stream[:64]  # one whole block under key 1
+    assert src.words(4).tobytes() == stream[64:96]  # key 1 is spent: key 2
+    buf = np.zeros(37, np.uint8)
+    src.fill(buf)  # draws continue byte by byte, across the end of key 2's block
+    assert buf.tobytes() == stream[96:133]
+    assert src.words(7).tobytes() == stream[133:189]
+    assert src.words(10).tobytes() == stream[189:269]  # keys 3, 4 and 5: no key serves two blocks
+    assert len(drawn) == 5
 
 
 def test_no_word_is_served_twice() -> None:
     src = KeystreamSource(block_bytes=4096)
-    got = np.concatenate([src.words(n) for n in (1, 7, 300, 511, 513, 2000, 3)]
-                         + [src.words32(n).astype(np.uint64) << np.uint64(32) for n in (5, 1000)])
-    assert np.unique(got).size == got.size  # 64-bit collisions among 4,335 uniform words: ~5e-13
+    got = [src.words(n) for n in (1, 7, 300, 511, 513, 2000, 3)]
+    for n in (5, 1000, 4099):
+        buf = np.empty(8 * n, np.uint8)
+        src.fill(buf)
+        got.append(buf.view(np.uint64))
+    words = np.concatenate(got)
+    assert np.unique(words).size == words.size  # 64-bit collisions among 8,439 uniform words: ~2e-12
+
+
+def test_fill_refuses_a_buffer_it_cannot_write_in_place() -> None:
+    src = KeystreamSource()
+    with pytest.raises(ValueError, match="C-contiguous uint8"):
+        src.fill(np.zeros(16, np.uint8)[::2])
+    with pytest.raises(ValueError, match="C-contiguous uint8"):
+        src.fill(np.zeros(4, np.uint32))
 
 
 def test_threads_never_share_a_word() -> None:
@@ -149,16 +162,19 @@ def test_production_source_is_the_keystream_and_not_deterministic() -> None:
 
 
 class _Scripted:
-    """A BitSource serving given 32-bit words first and given 64-bit words for the ties."""
+    """A BitSource serving given 16-bit words to ``fill`` (the first stage) and given 64-bit words
+    to ``words`` (the ties), and recording how many of each it served."""
 
     deterministic = True
 
-    def __init__(self, w32: np.ndarray, w64: np.ndarray) -> None:
-        self._w32, self._w64 = w32, w64
-        self.asked64 = 0
+    def __init__(self, w16: np.ndarray, w64: np.ndarray) -> None:
+        self._w16, self._w64 = np.asarray(w16, np.uint16), np.asarray(w64, np.uint64)
+        self.served16 = self.asked64 = 0
 
-    def words32(self, n: int) -> np.ndarray:
-        return self._w32[:n]
+    def fill(self, buf: np.ndarray) -> None:
+        m = buf.shape[0] // 2
+        buf.view(np.uint16)[:] = self._w16[self.served16: self.served16 + m]
+        self.served16 += m
 
     def words(self, n: int) -> np.ndarray:
         out = self._w64[self.asked64: self.asked64 + n]
@@ -166,25 +182,47 @@ class _Scripted:
         return out
 
 
+EDGE_THRESHOLDS = [0, 1, (1 << 47) - 1, 1 << 47, (1 << 47) + 5, 1 << 62, (1 << 63) - (1 << 10),
+                   (1 << 63) - (1 << 47), (1 << 63) - 1, 1 << 63]
+
+
 @pytest.mark.parametrize("use_numpy", [False, True])
 def test_lazy_comparison_is_the_full_63_bit_comparison(use_numpy: bool) -> None:
-    """Each record is redacted iff U = h·2³¹ + ℓ < T, with h its 32-bit word and ℓ the top 31 bits of
-    the extra word drawn for it if (and only if) h ties with ⌊T / 2³¹⌋ — checked against the full
-    integer comparison for thresholds and words chosen to hit every case (ties included)."""
+    """Each record is redacted iff U = W·2⁴⁷ + L < T, with W its 16-bit word and L the top 47 bits of
+    the extra word drawn for it if (and only if) W ties with ⌊T / 2⁴⁷⌋ and T mod 2⁴⁷ ≠ 0 — checked
+    with Python integers against the full comparison, for thresholds and words chosen to hit every
+    case (forced ties included), over more than one chunk."""
     rng = np.random.default_rng(7)
-    n = 4000
-    thr_vals = [0, 1, (1 << 31) - 1, 1 << 31, (1 << 31) + 5, 1 << 62, (1 << 63) - (1 << 10), (1 << 63) - 1, 1 << 63]
-    thr_vals += [int(x) for x in rng.integers(0, 1 << 63, size=7, dtype=np.uint64)]
+    n = CHUNK + 4000
+    thr_vals = EDGE_THRESHOLDS + [int(x) for x in rng.integers(0, 1 << 63, size=7, dtype=np.uint64)]
     thr = np.array(thr_vals, dtype=np.uint64).reshape(-1, 1)
     index = rng.integers(0, thr.shape[0], size=n)
-    hi = np.minimum(thr[index, 0] >> np.uint64(31), np.uint64(MASK32))
-    h = np.where(rng.random(n) < 0.5, hi, rng.integers(0, 1 << 32, size=n, dtype=np.uint64)).astype(np.uint32)
-    extra = rng.integers(0, 1 << 63, size=n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    src = _Scripted(h, extra)
+    hi = np.minimum(thr[index, 0] >> np.uint64(47), np.uint64(0xFFFF))
+    w16 = np.where(rng.random(n) < 0.5, hi, rng.integers(0, 1 << 16, size=n, dtype=np.uint64)).astype(np.uint16)
+    extra = rng.integers(0, 1 << 64, size=n, dtype=np.uint64)
+    src = _Scripted(w16, extra)
     out = apply_redaction(np.zeros(n, np.int8), thr, index, src, use_numpy=use_numpy)
-    ties = [i for i in range(n) if int(h[i]) == int(thr[index[i], 0]) >> 31]
-    assert src.asked64 == len(ties) > 1000  # extra words for the ties only, in record order
-    low = {i: int(extra[j]) >> 33 for j, i in enumerate(ties)}
-    expected = [REDACTED if (int(h[i]) << 31) + low.get(i, 0) < int(thr[index[i], 0])
-                and (i in low or int(h[i]) < int(thr[index[i], 0]) >> 31) else 0 for i in range(n)]
+    t = [int(thr[index[i], 0]) for i in range(n)]
+    ties = [i for i in range(n) if int(w16[i]) == t[i] >> 47 and t[i] % (1 << 47) != 0]
+    assert src.served16 == n and src.asked64 == len(ties) > 10_000  # extra words for the ties only, in order
+    low = {i: int(extra[j]) >> 17 for j, i in enumerate(ties)}
+    # a record without an extra word is decided as if L were maximal (the tie then releases: R = 0)
+    expected = [REDACTED if (int(w16[i]) << 47) + low.get(i, (1 << 47) - 1) < t[i] else 0 for i in range(n)]
     np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("threshold", EDGE_THRESHOLDS + [0x2345_6789_ABCD_EF01, 0x7FFF_0000_0000_0001])
+def test_redaction_probability_is_exactly_t_over_2_63(threshold: int) -> None:
+    """Exhaustive over the first stage: all 2¹⁶ words W, each once. Exactly ⌊T / 2⁴⁷⌋ of them redact
+    outright, at most one (W = ⌊T / 2⁴⁷⌋, and only if R = T mod 2⁴⁷ ≠ 0) asks for L, and that one is
+    redacted iff L < R (checked at L = R − 1 and L = R). So Pr(redact) = (H·2⁴⁷ + R) / 2⁶³ = T / 2⁶³."""
+    h, r = threshold >> 47, threshold % (1 << 47)
+    thr = np.array([[threshold]], dtype=np.uint64)
+    all_words = np.arange(1 << 16, dtype=np.uint64)
+    for low, redacts_tie in ((max(r - 1, 0), r > 0), (r, False)):
+        src = _Scripted(all_words, np.full(1, low << 17, dtype=np.uint64))
+        out = apply_redaction(np.zeros(1 << 16, np.int8), thr, np.zeros(1 << 16, np.int64), src)
+        tie = h < (1 << 16) and r > 0
+        assert src.asked64 == int(tie)
+        assert np.count_nonzero(out == REDACTED) == min(h, 1 << 16) + int(tie and redacts_tie)
+        np.testing.assert_array_equal(out[: min(h, 1 << 16)], REDACTED)  # exactly the words W < H

@@ -17,6 +17,7 @@ from streamguard.sampling import (
     KeystreamSource,
     SeededSource,
     apply_redaction,
+    compact_index,
     quantised,
     thresholds,
 )
@@ -75,7 +76,7 @@ def test_all_ones_word_is_still_redacted_at_probability_one():
 
     thr = thresholds(np.array([[1.0, 1.0], [np.nextafter(1.0, 0.0), 0.0]]))
     out = apply_redaction(np.array([0, 1, 0], np.int8), thr, np.array([0, 0, 1]), MaxWords())
-    # w >> 1 = 2⁶³ − 1 < 2⁶³ (always) and also < ⌈(1 − 2⁻⁵³)·2⁶³⌉ = 2⁶³ − 2¹⁰
+    # U = 2⁶³ − 1 (all ones) < 2⁶³ (always) but not < ⌈(1 − 2⁻⁵³)·2⁶³⌉ = 2⁶³ − 2¹⁰
     np.testing.assert_array_equal(out, [REDACTED, REDACTED, 0])
 
 
@@ -231,3 +232,46 @@ def test_plan_privatize_uses_the_plan_table():
     # and rare values in M are always redacted
     M = (plan.red[:, 0] > 0) & (plan.red[:, 0] < 1)
     assert np.all(out[M & (states == 1)] == REDACTED)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.int64, np.int32])
+def test_any_row_index_dtype_gives_the_same_output(dtype):
+    """The kernel reads uint8/uint16/uint32/int64 row indices as they are (others become int64):
+    the same words give the same output whatever the dtype."""
+    rng = np.random.default_rng(11)
+    thr = thresholds(rng.uniform(0, 1, size=(3, 2)))
+    states = rng.integers(0, 2, size=5000).astype(np.int8)
+    index = rng.integers(0, 3, size=5000)
+    want = apply_redaction(states, thr, index.astype(np.int64), SeededSource(4))
+    np.testing.assert_array_equal(apply_redaction(states, thr, index.astype(dtype), SeededSource(4)), want)
+
+
+def test_compact_index_picks_the_narrowest_unsigned_dtype_and_checks_rows():
+    assert compact_index(np.array([0, 255]), 256).dtype == np.uint8
+    assert compact_index(np.array([0, 256]), 257).dtype == np.uint16
+    assert compact_index(np.array([0, 70_000]), 70_001).dtype == np.uint32
+    np.testing.assert_array_equal(compact_index(np.array([3, 0, 2]), 4), [3, 0, 2])
+    for bad in ([0, 256], [-1, 0]):  # a row that does not exist never wraps into range
+        with pytest.raises(ValueError, match="row that does not exist"):
+            compact_index(np.array(bad), 256)
+
+
+@pytest.mark.parametrize("use_numpy", [False, True])
+def test_out_of_range_input_in_a_later_chunk_is_refused(use_numpy):
+    """int8 states and the row index are range-checked inside the chunked kernel: a bad entry
+    anywhere (here in the second chunk) refuses the whole call, with the count and no value."""
+    from streamguard.sampling import CHUNK
+
+    n = CHUNK + 100
+    thr = thresholds(np.array([[0.2, 0.9], [0.5, 0.5]]))
+    states, index = np.zeros(n, np.int8), np.zeros(n, np.int64)
+    for pos, value in ((CHUNK + 7, 2), (CHUNK + 8, -3)):
+        states[pos] = value
+    with pytest.raises(ValueError, match=r"^2 record\(s\) have a state outside 0\.\.1") as info:
+        apply_redaction(states, thr, index, SeededSource(1), use_numpy=use_numpy)
+    assert "-3" not in str(info.value)
+    states[:] = 0
+    for bad_row in (-1, 2):
+        index[CHUNK + 50] = bad_row
+        with pytest.raises(ValueError, match="row that does not exist"):
+            apply_redaction(states, thr, index, SeededSource(1), use_numpy=use_numpy)

@@ -33,7 +33,7 @@ from ..audit.exact import Leakage, exact_leakage
 from ..budget import check_budget
 from ..chain import MarkovChain
 from ..channel import ChannelSequence
-from ..sampling import BitSource, apply_redaction, thresholds
+from ..sampling import BitSource, apply_redaction, compact_index, thresholds
 from .regions import L, NAMES, S
 from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side, plan_side
 
@@ -166,13 +166,18 @@ class RedactionPlan:
     def _thresholds(self) -> NDArray[np.uint64]:
         return thresholds(self._channels.tables[:, :, -1])
 
+    @cached_property
+    def _row_index(self) -> NDArray[np.unsignedinteger]:
+        """The channel index in its narrowest unsigned dtype (what :meth:`privatize` reads)."""
+        return compact_index(self._channels.index, self._channels.tables.shape[0])
+
     def channels(self) -> ChannelSequence:
         """The plan as local channels (outputs 0, 1, ⊥), for the audit and the sampler."""
         return self._channels
 
     def privatize(self, states: NDArray[np.int8], source: BitSource) -> NDArray[np.int8]:
         """Apply the plan to one realisation x_0..x_{n−1}: REDACTED (−1) or the true state."""
-        return apply_redaction(states, self._thresholds, self._channels.index, source)
+        return apply_redaction(states, self._thresholds, self._row_index, source)
 
     def region_names(self) -> list[str]:
         return [NAMES[r] for r in self.regions]
