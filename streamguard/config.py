@@ -395,11 +395,21 @@ class StreamConfig(_Strict):
         if ms is not None:
             if ms.k != smap.k:
                 raise ValueError(f"the model set has {ms.k} states but {smap.k} labels/bins are configured")
+            if ms.kind != "finite" and self.aggregates:
+                raise ValueError("aggregates: a region of chains (a calibrated box or row-wise set) is refused beside "
+                                 "aggregates — the Markov Quilt Mechanism's max-influence is exact over a finite set "
+                                 "of chains but not certified over a region; declare a finite model set or one chain")
+            if ms.kind != "finite" and self.mechanism == "channel":
+                raise ValueError("model: a region of chains (a calibrated box or row-wise set) is refused for a channel "
+                                 "stream — its stream leakage is computed exactly per chain, not certified over a "
+                                 "region; declare a finite model set or one chain")
+            if self.mechanism == "channel" or self.aggregates:  # a finite set: Θ = its members (model_chains)
+                chain = ms.point if ms.point is not None else ms.members[0]
+                ms = None  # the shared checks below (k, initial law, aggregates)
+        if ms is not None:
             if ms.k != 2 and ms.kind == "finite":
-                raise ValueError("model: a k-state model set must be a row-wise region (streamguard calibrate)")
-            if self.mechanism != "redaction" or self.aggregates:
-                raise ValueError("model: a model set (file or calibration) is supported for redaction streams "
-                                 "without aggregates; give a single chain (alpha/beta or matrix) otherwise")
+                raise ValueError("model: a k-state model set for 3R redaction must be a row-wise region "
+                                 "(streamguard calibrate)")
             if self.epsilon is None:
                 raise ValueError("epsilon: a redaction stream needs its budget per private position")
             if self.model.initial is not None and len(self.model.initial) != ms.k:
@@ -504,6 +514,17 @@ class StreamConfig(_Strict):
     def model_set(self) -> ModelSet | None:
         """The stream's model set (``model.file`` or ``model.calibration``), None for a single chain."""
         return self.model.model_set(self.state_map(), self.sample_period)
+
+    def model_chains(self) -> list[MarkovChain]:
+        """The chains Θ the stream's aggregates (the MQM takes a set natively: exact as the worst member)
+        and a channel's stream leakage (the worst member's) hold under: a finite model set's members, else
+        the single chain. A region of chains is refused by validation before this is asked."""
+        ms = self.model_set()
+        if ms is None:
+            return [self.chain()]
+        if ms.kind != "finite":
+            raise ModelError("a region of chains has no finite Θ (refused beside aggregates and channels)")
+        return list(ms.members)
 
     def state_map(self) -> StateMap:
         return StateMap(

@@ -132,3 +132,34 @@ def test_marks_near_the_start_and_late_marks_are_evaluated_over_the_members(tmp_
         assert reported >= max(truths[c] for c in evaluated) - 1e-9, (mk, truths)
         if mk["honoured"]:
             assert max(truths.values()) <= 1.0 + 1e-9, (mk, truths)
+
+
+def test_marks_are_held_to_epsilon_not_to_the_design_budget(tmp_path: Path) -> None:
+    """A set whose robust plan was designed with ε' < ε (a sticky, narrow box): an on-time mark keeps
+    the plan's rows and is honoured, its figure certified ≤ ε over the box; the status states ε.
+    (Found: the privatizer held marks to ε', so every mark was reported not honoured and its right
+    side fully redacted.)"""
+    from streamguard.config import Settings
+    from streamguard.model.calibrate import TransitionData
+    from streamguard.sampling import SeededSource
+    from streamguard.stream.redaction_runtime import RedactionRuntime
+
+    model = tmp_path / "MODEL.json"
+    modelset.from_calibration(TransitionData(np.array([[9000, 95], [96, 1800]])), 0.99, LABELS).write(model)
+    settings = Settings(device="dev", broker={"host": "127.0.0.1"}, outbox={"path": tmp_path / "o.sqlite"},
+                        streams=[{"name": "door", "labels": list(LABELS), "model": {"file": str(model)},
+                                  "epsilon": 1.0}])
+    rt = RedactionRuntime(settings, settings.streams[0], SeededSource(4))
+    assert rt.robust is not None and rt.robust.design_budget < 1.0  # the case of the bug
+    H = rt.plan.left_horizon
+    for t in range(400):  # the window and the release delay (59 each) end well before the last frame
+        frame = {"value": LABELS[0], "ts": 1.7e9 + t, **({"private": True} if t == 200 else {})}
+        rt.on_frame(json.dumps(frame).encode(), now=1.7e9 + t)
+    (mk,) = [m for m in rt.core.finished if m.phys == 200]
+    assert mk.honoured and mk.achieved is not None and mk.achieved.total <= 1.0 * (1 + 1e-12)
+    rows = {p: (r0, r1) for p, r0, r1 in rt.take_decisions()}
+    right = np.array([rows[200 + d] for d in range(1, rt.plan.right_horizon + 1)])
+    left = np.array([rows[200 - d] for d in range(1, H + 1)])
+    assert np.array_equal(right, rt.plan.right.red[: rt.plan.right_horizon])
+    assert np.array_equal(left, rt.plan.left.red[:H])
+    assert rt.privacy_status()["epsilon"] == 1.0

@@ -99,7 +99,9 @@ def test_config_refuses_what_a_model_set_cannot_back(tmp_path):
     base = 'device = "d"\n[broker]\nhost = "127.0.0.1"\n[[streams]]\nname = "s"\nepsilon = 1.0\n'
     cases = [(f'labels = ["a", "b", "c"]\n[streams.model]\nfile = "{fin}"\n', "row-wise region"),
              ('labels = ["a", "b"]\naggregates = [{query = "histogram", window = 10, epsilon = 1.0}]\n'
-              f'[streams.model]\nfile = "{box}"\n', "without aggregates"),
+              f'[streams.model]\nfile = "{box}"\n', "max-influence"),
+             ('labels = ["a", "b"]\nmechanism = "channel"\n[streams.channel]\nkind = "rr"\nepsilon = 1.0\nprior = [0.5, 0.5]\n'
+              f'[streams.model]\nfile = "{box}"\n', "not certified over a region"),
              (f'labels = ["a", "b"]\n[streams.model]\nfile = "{box}"\nalpha = 0.1\nbeta = 0.2\n', "exactly one"),
              (f'labels = ["a", "b"]\n[streams.model]\nfile = "{tmp_path / "missing.json"}"\n', "model"),
              ('labels = ["a", "b"]\nmechanism = "channel"\ndrift_guard = true\n[streams.model]\nalpha = 0.1\n'

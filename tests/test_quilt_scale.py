@@ -203,13 +203,17 @@ def random_models(draw, modes=("q", "stat", "supq", "approx", "approx-rev")):
 
 
 @given(random_models(), st.integers(1, 28), st.floats(0.1, 5.0))
+@example(QuiltModel([MarkovChain([[0.5428571428571428, 0.45714285714285713]] * 2)], "supq"), 3, 1.0)
 def test_fast_sigma_max_equals_naive_algorithm_1(M, T, eps):
     fast, naive = sigma_max(M, eps, T), sigma_max_naive(M, eps, T)
     assert fast.sigma == pytest.approx(naive.sigma, rel=1e-12)
     w = fast.witness
     assert 1 <= w.i <= T and w.card / (eps - w.e) == pytest.approx(fast.sigma, rel=1e-12)
-    assert w.e == pytest.approx(max_influence(QuiltModel([M.chains[w.theta]], M.mode, M.initial), w.i, w.a,
-                                              w.b), abs=1e-15)
+    exact = max_influence(QuiltModel([M.chains[w.theta]], M.mode, M.initial), w.i, w.a, w.b)
+    # the tables add E_SLACK to every positive term (influence.py): a term that is 0 in exact arithmetic
+    # can come out +1e-16 on the fast path (then e = E_SLACK) and ≤ 0 on this one (then 0) — Hypothesis
+    # found an independent chain (identical rows) with e = 1.0001e-12 against 0. Otherwise they agree.
+    assert w.e == pytest.approx(exact, abs=1e-15) or (exact == 0.0 and 0.0 < w.e <= E_SLACK + 1e-15)
     assert w.card == (w.a or w.i) + (w.b or T - w.i + 1) - 1
 
 

@@ -76,6 +76,8 @@ class World:
     #: a k-state world (issue 12): its transition matrix (alpha, beta unused) and labels
     matrix: np.ndarray | None = None
     labels: tuple[str, ...] = LABELS
+    #: the stream's ``[model]`` table when it is not the true chain (a model set's file, issue 11)
+    model: dict[str, Any] | None = None
 
     @property
     def P(self) -> np.ndarray:
@@ -178,6 +180,7 @@ class Outcome:
 
 def _settings(broker: Broker, w: World, outbox: Path) -> Settings:
     model = {"alpha": w.alpha, "beta": w.beta} if w.matrix is None else {"matrix": w.matrix.tolist()}
+    model = model if w.model is None else w.model
     stream: dict[str, Any] = {"name": NAME, "labels": list(w.labels), "model": model,
                               "epsilon": w.epsilon, "source": "stdin", "schedule": w.schedule}
     if w.delay is not None:

@@ -154,7 +154,7 @@ def _check_channel_stream(cfg: Any) -> list[str]:
     print(_model_line(cfg))
     warnings = []
     if channel.inputs == "x":
-        leak = stream_leakage_report(channel, cfg.chain())
+        leak = stream_leakage_report(channel, cfg.model_chains())
         kind = f"a lower bound, window of {leak['n']}" if leak["lower_bound"] else "exact"
         print(f"  leakage about one record of the whole stream under the model: {_num(leak['leakage'], 6)} nats "
               f"({kind})")
@@ -176,9 +176,9 @@ def _aggregate_lines(cfg: Any) -> tuple[list[str], list[str]]:
     if not cfg.aggregates:
         return [], []
     out, warnings = [], []
-    chain = cfg.chain()
+    chains = cfg.model_chains()
     for a in cfg.aggregates:
-        sc = stream_scale(QuiltModel([chain], a.influence), a.epsilon)
+        sc = stream_scale(QuiltModel(chains, a.influence), a.epsilon)
         w = sc.witness
         lipschitz = {"histogram": 2.0, "count": 1.0}.get(a.query)
         if lipschitz is not None:

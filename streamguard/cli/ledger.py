@@ -98,6 +98,10 @@ def _text(doc: dict[str, Any]) -> list[str]:
         leak = ch["stream_leakage"]
         lines.append(f"  channel    releases {ch['releases']}  claims: {claims}  stream leakage "
                      f"{_fmt(leak['epsilon']) if leak['composed'] else 'not composed (' + leak['reason'] + ')'}")
+    d = doc.get("drift")
+    if d is not None:
+        lines.append(f"  drift      {'ALARM (the model stopped holding)' if d['alarm'] else 'cleared'} under model "
+                     f"set {d['model']}: {d['reason']}")
     for c in doc["composition"]:
         lines.append(f"  {c['families'][0]} + {c['families'][1]}: not composed — {c['reason']}")
     r = doc["refusals"]

@@ -54,6 +54,7 @@ from .events import (
     LDP_X,
     AggregateEvent,
     ChannelEvent,
+    DriftEvent,
     Event,
     Family,
     RedactionEvent,
@@ -121,6 +122,7 @@ class StreamBook:
         self._accountants: dict[str, QuiltAccountant] = {}
         self._marks: dict[str, list[tuple[int, RedactionEvent]]] = {}
         self._chan_events: list[tuple[int, ChannelEvent]] = []
+        self._drift: tuple[int, DriftEvent] | None = None
 
     # -- feeding ---------------------------------------------------------------------------------
     def _check_key(self, event: Event) -> None:
@@ -167,6 +169,8 @@ class StreamBook:
             self._agg_events.append((event_id, event))
         elif isinstance(event, RedactionEvent):
             self._marks.setdefault(_mark_name(event, event_id), []).append((event_id, event))
+        elif isinstance(event, DriftEvent):
+            self._drift = (event_id, event)
         else:
             self._chan_events.append((event_id, event))
 
@@ -188,6 +192,11 @@ class StreamBook:
     @property
     def channel_events(self) -> list[tuple[int, ChannelEvent]]:
         return list(self._chan_events)
+
+    @property
+    def drift(self) -> DriftEvent | None:
+        """The stream's latest drift event (alarm raised or cleared), None if it never fired."""
+        return None if self._drift is None else self._drift[1]
 
     def families(self) -> list[Family]:
         present = {"aggregate": bool(self._agg_events), "redaction": bool(self._marks),
@@ -298,6 +307,8 @@ class StreamBook:
                     return Guarantee("aggregate", f"aggregate:eps_max:{mid}",
                                      float(acc.record(event.lo, event.hi, event.load)))
             return None
+        if isinstance(event, DriftEvent):
+            return None  # not a release: it spends nothing
         if isinstance(event, RedactionEvent):
             name = _mark_name(event, None)
             prior = self.mark_leakage(name) if name in self._marks else 0.0

@@ -20,6 +20,11 @@ event names its **family**, and each family is composed by the rule that support
   (randomized response, lift-based, linear reduction) with the guarantees its designer claims
   per record (e.g. ε-LDP w.r.t. X or S) and, if known, the exact leakage of the released stream
   under the model (``audit.exact``).
+* :class:`DriftEvent` — the drift guard of a stream raised or cleared its alarm (issue 11;
+  docs/model-sets.md §6). Not a release: the guard reads only records already released unchanged
+  (post-processing), so it charges nothing and composes with nothing; it is in the ledger so that
+  the alarm survives a restart (the daemon restores it) and the record says when the stream's
+  model stopped holding.
 
 Positions are the stream's record indices (0-based), the same numbering for every family of
 one stream. Events carry numbers about positions only — never a reading.
@@ -43,7 +48,8 @@ from .._json import json_number, number_from_json
 if TYPE_CHECKING:
     from ..quilt.release import AggregateRelease
 
-Family = Literal["aggregate", "redaction", "channel"]
+Family = Literal["aggregate", "redaction", "channel", "drift"]
+#: The families of releases (what spends budget); ``drift`` events are records of the guard.
 FAMILIES: tuple[Family, ...] = ("aggregate", "redaction", "channel")
 
 #: Device and stream names: the configuration's rule (they become MQTT topic levels).
@@ -358,9 +364,39 @@ class ChannelEvent(_Event):
         return doc
 
 
-Event = AggregateEvent | RedactionEvent | ChannelEvent
-_CLASSES: dict[str, type[AggregateEvent] | type[RedactionEvent] | type[ChannelEvent]] = {
-    cls.family: cls for cls in (AggregateEvent, RedactionEvent, ChannelEvent)}
+@dataclass(frozen=True, kw_only=True)
+class DriftEvent(_Event):
+    """The stream's drift guard raised (``raised``) or cleared its alarm (module docstring).
+
+    ``model`` is the id of the model (set) the alarm concerns (``ModelSet.digest``); ``transitions``
+    the observed transitions when it fired (0 for a clearing); ``false_alarm`` the test's rate over
+    the stream's life; ``reason`` one line (never a reading).
+    """
+
+    family: ClassVar[Family] = "drift"
+    raised: bool
+    model: str
+    transitions: int = 0
+    false_alarm: float
+    reason: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _flag(self.raised, "raised")
+        if not isinstance(self.model, str) or not self.model:
+            raise EventError("model: expected the model set's id")
+        _position(self.transitions, "transitions")
+        object.__setattr__(self, "false_alarm", _number(self.false_alarm, "false_alarm", positive=True))
+        if not isinstance(self.reason, str) or not self.reason:
+            raise EventError("reason: expected a non-empty string")
+
+    def span(self) -> tuple[int, int] | None:
+        return None  # reads no positions of its own: only what was already released
+
+
+Event = AggregateEvent | RedactionEvent | ChannelEvent | DriftEvent
+_CLASSES: dict[str, type[AggregateEvent] | type[RedactionEvent] | type[ChannelEvent] | type[DriftEvent]] = {
+    cls.family: cls for cls in (AggregateEvent, RedactionEvent, ChannelEvent, DriftEvent)}
 
 
 def _claim_from_json(doc: object) -> ChannelClaim:
@@ -376,7 +412,7 @@ def event_from_json(doc: object) -> Event:
     family = doc.get("family")
     cls = _CLASSES.get(family) if isinstance(family, str) else None
     if cls is None:
-        raise EventError(f"family: expected one of {', '.join(FAMILIES)}")
+        raise EventError(f"family: expected one of {', '.join(_CLASSES)}")
     names = {f.name for f in fields(cls)}
     extra = sorted(set(doc) - names - {"family"})
     if extra:

@@ -188,6 +188,10 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
         "redaction": redaction_section(book, budgets.get("redaction"), limit),
         "channel": channel_section(book, budgets.get("channel"), limit),
         "composition": book.cross_family(),
+        # the drift guard's latest event: not a release, no budget (post-processing of the released)
+        "drift": None if book.drift is None else {
+            "alarm": book.drift.raised, "model": book.drift.model, "transitions": book.drift.transitions,
+            "false_alarm": book.drift.false_alarm, "reason": book.drift.reason, "time": book.drift.time},
         "refusals": {
             "count": len(refusals),
             "by_family": by_family,

@@ -54,6 +54,8 @@ class DriftGuard:
     #: Observed transitions when the alarm fired, and the row that fired it.
     fired_at: int | None = field(default=None, init=False)
     fired_row: int | None = field(default=None, init=False)
+    #: The alarm was raised before a restart and restored from the ledger.
+    restored: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.false_alarm < 1.0:
@@ -113,11 +115,16 @@ class DriftGuard:
                     break
         return self.alarm
 
+    def restore(self, transitions: int) -> None:
+        """The alarm was raised before a restart (after ``transitions`` observed transitions) under
+        this model set: it holds again from the start (docs/model-sets.md §6, recovery rule)."""
+        self.alarm, self.fired_at, self.restored = True, int(transitions), True
+
     def _fire(self, row: int | None) -> None:
         self.alarm, self.fired_at, self.fired_row = True, self.transitions, row
 
     def status(self) -> dict[str, Any]:
         """The guard's part of the privacy status."""
         return {"drift": self.alarm, "false_alarm_rate": self.false_alarm, "observed_transitions": self.transitions,
-                "fired_at_transitions": self.fired_at, "fired_row": self.fired_row,
+                "fired_at_transitions": self.fired_at, "fired_row": self.fired_row, "restored": self.restored,
                 "reads": "only records released unchanged (row (0, 0)): post-processing, no budget"}

@@ -219,19 +219,18 @@ class RobustStreamPlan(_Certified):
     point_plan: StreamPlan | None  # the plan designed on the point estimate alone, for comparison
     point_expected_redacted: float | None
     point_worst: WorstCase | None  # that plan's worst case over the set
+    epsilon: float  # the budget certified over the set (``plan.epsilon`` is the design budget ε' ≤ ε)
 
     def evaluation_plan(self) -> StreamPlan:
-        """The same table with the worst member found as its chain. The daemon's privatizer computes
-        its per-mark figures (late marks, the stream's start, restarts) exactly under this member
-        and the set's corners, and reports the worst — finitely many members, not a certificate over
-        the whole set (docs/model-sets.md §5)."""
+        """The same table with the worst member found as its chain (the status's plan leakage). The
+        daemon's privatizer certifies its per-mark figures (late marks, the stream's start, restarts)
+        over the whole box (model/box_window.py), or exactly over every finite member
+        (docs/model-sets.md §5)."""
         member = self.worst.member or self.design_member
-        return StreamPlan(MarkovChain.binary(*member), self.plan.epsilon, self.plan.design, self.plan.left,
+        # ε, not the design budget ε': the privatizer's marks are held to the certified budget (a
+        # plan designed with ε' < ε and the marks checked against ε' were all reported not honoured)
+        return StreamPlan(MarkovChain.binary(*member), self.epsilon, self.plan.design, self.plan.left,
                           self.plan.right)
-
-    def evaluation_members(self) -> list[MarkovChain]:
-        """Further members the privatizer evaluates every mark under: the box's corners."""
-        return self.model_set.corners()
 
     def status(self) -> dict[str, Any]:
         """What the privacy status says about the model set and the plan's worst case."""
@@ -293,9 +292,12 @@ def _largest_certified(build: Any, worst: Any, epsilon: float, *, steps: int = _
 
 
 def robust_stream_plan(model_set: ModelSet, epsilon: float, *, design: str = "optimal",
-                       split: str | float = "even", threshold: float | str | None = None) -> RobustStreamPlan:
+                       split: str | float = "even", threshold: float | str | None = None,
+                       point_planner: Any = None) -> RobustStreamPlan:
     """The stream plan with the fewest expected redactions whose worst case over ``model_set`` is
-    certified ≤ ε (module docstring)."""
+    certified ≤ ε (module docstring). ``point_planner(chain, ε)``: how the point estimate's plan
+    (for comparison) is designed — default :func:`plan_stream` with the same settings (the daemon
+    passes its plan cache)."""
     eps = check_epsilon(epsilon)
     law = _law(model_set)
     best: tuple[StreamPlan, float, MarkovChain] | None = None
@@ -309,16 +311,31 @@ def robust_stream_plan(model_set: ModelSet, epsilon: float, *, design: str = "op
         raise ModelError("no 3R stream plan meets epsilon over the whole model set (it holds chains too "
                          "persistent to protect); calibrate on more data")
     plan, e_design, cand = best
-    final = worst_leakage(model_set, stream_windows(plan))
-    if not final.bound <= eps:  # the tighter run must agree with the certificate that chose the plan
+    got = certified_stream_plan(model_set, eps, plan, (cand.alpha, cand.beta), e_design,
+                                point_planner or (lambda c, e: plan_stream(c, e, design=design, split=split,
+                                                                           threshold=threshold)))
+    if got is None:  # the tighter run must agree with the certificate that chose the plan
         raise ModelError("internal: the robust plan's certificate did not reproduce")  # pragma: no cover
+    return got
+
+
+def certified_stream_plan(model_set: ModelSet, epsilon: float, plan: StreamPlan, design_member: tuple[float, float],
+                          design_budget: float, point_planner: Any) -> RobustStreamPlan | None:
+    """``plan`` (designed on ``design_member`` with budget ``design_budget``) as a robust plan: its
+    worst case over the set certified again from scratch, None when it is not ≤ ε; the point
+    estimate's plan (``point_planner(chain, ε)``) beside it. Also how a cached robust plan is
+    re-checked before use (model/robust_cache.py)."""
+    final = worst_leakage(model_set, stream_windows(plan))
+    if not final.bound <= epsilon:
+        return None
+    law = _law(model_set)
     point_plan = point_cost = point_worst = None
     if model_set.point is not None:
-        point_plan = plan_stream(model_set.point, eps, design=design, split=split, threshold=threshold)
+        point_plan = point_planner(model_set.point, epsilon)
         point_cost = _stream_cost(point_plan, law)
         point_worst = worst_leakage(model_set, stream_windows(point_plan))
-    return RobustStreamPlan(model_set, final, (cand.alpha, cand.beta), e_design, plan, _stream_cost(plan, law),
-                            point_plan, point_cost, point_worst)
+    return RobustStreamPlan(model_set, final, design_member, design_budget, plan, _stream_cost(plan, law),
+                            point_plan, point_cost, point_worst, epsilon)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ probabilities differ from it by less than 2⁻⁶³ per entry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -117,9 +119,18 @@ def largest_brute_window(chain: MarkovChain, n_y: int) -> int:
     return n
 
 
-def stream_leakage_report(channel: PerturbationChannel, chain: MarkovChain) -> dict[str, Any]:
+def stream_leakage_report(channel: PerturbationChannel, chain: MarkovChain | Sequence[MarkovChain]) -> dict[str, Any]:
     """JSON-ready leakage of one record of the whole stream (see :class:`StreamLeakage`), next to
-    the channel's per-record claims, which it is not."""
+    the channel's per-record claims, which it is not. Several chains (a finite model set): the worst
+    member's report — exact over the set when every member's is (``members``, ``worst_member``: its
+    0-based index); ``lower_bound`` if any member's is one."""
+    if not isinstance(chain, MarkovChain):
+        chains = list(chain)
+        reports = [stream_leakage_report(channel, c) for c in chains]
+        values = [math.inf if r["leakage"] == "inf" else float(r["leakage"]) for r in reports]
+        i = max(range(len(values)), key=values.__getitem__)
+        return {**reports[i], "lower_bound": any(r["lower_bound"] for r in reports), "members": len(chains),
+                "worst_member": i}
     if chain.is_binary:
         result = unbounded_stream_leakage(channel, chain)
     else:

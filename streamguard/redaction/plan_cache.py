@@ -132,9 +132,14 @@ class PlanCache:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def get(self, key: str, chain: MarkovChain, epsilon: float, design: str) -> StreamPlan | None:
+    def entry(self, key: str) -> dict[str, Any] | None:
+        """The stored document under ``key`` (unchecked: the caller checks it), None if absent."""
         doc = self._read().get(key)
-        if not isinstance(doc, dict):
+        return doc if isinstance(doc, dict) else None
+
+    def get(self, key: str, chain: MarkovChain, epsilon: float, design: str) -> StreamPlan | None:
+        doc = self.entry(key)
+        if doc is None:
             return None
         plan = _plan_from(doc, chain, epsilon, design)
         if plan is None:

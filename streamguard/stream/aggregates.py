@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,14 +83,16 @@ class WindowInfo:
 class StreamAggregates:
     """The aggregate queries of one stream (see module docstring)."""
 
-    def __init__(self, cfg: StreamConfig, chain: MarkovChain, source: BitSource) -> None:
+    def __init__(self, cfg: StreamConfig, chains: Sequence[MarkovChain], source: BitSource) -> None:
+        """``chains``: Θ, the chains the quilt model holds under (one, or a finite model set's members;
+        the MQM's scale is then exact for the worst of them, notes/002)."""
         self.cfg = cfg
         self.states = cfg.state_map()
         self.source = source
         self.queries: list[_Query] = []
         self._info: OrderedDict[tuple[int, int], WindowInfo] = OrderedDict()
         for i, a in enumerate(cfg.aggregates):
-            model = QuiltModel([chain], a.influence)
+            model = QuiltModel(list(chains), a.influence)
             if a.values is not None and a.step is not None:  # fail at start-up, not at the first window
                 quantise_values(a.values, min(a.values), max(a.values), a.step)
             self.queries.append(_Query(i, a, model, stream_scale(model, a.epsilon)))

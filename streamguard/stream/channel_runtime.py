@@ -129,13 +129,16 @@ class ChannelRuntime(StreamRuntime):
         self._reserved = resume.first_phys  # positions below this are covered by a ledger event
         self.metrics = channel_metrics(self.channel, self.joint)
         self._metrics_json = metrics_json(self.metrics)
-        self.stream_leakage = (stream_leakage_report(self.channel, self.chain) if self.channel.inputs == "x"
+        chains = cfg.model_chains()  # one chain, or a finite model set's members (the worst member's figure)
+        self.stream_leakage = (stream_leakage_report(self.channel, chains) if self.channel.inputs == "x"
                                else None)
         # what the ledger states: only an exact (converged) value is a bound for the stream
         exact = self.stream_leakage is not None and not self.stream_leakage["lower_bound"]
         leak = self.stream_leakage["leakage"] if exact and self.stream_leakage is not None else None
         self.stream_leakage_bound: float | None = None if leak is None else float(leak)
-        self.model_id = "markov:" + hashlib.sha256(np.ascontiguousarray(self.chain.matrix).tobytes()).hexdigest()[:16]
+        ms = self.model_set = cfg.model_set()
+        self.model_id = ("markov:" + hashlib.sha256(np.ascontiguousarray(self.chain.matrix).tobytes()).hexdigest()[:16]
+                         if ms is None else f"modelset:{ms.digest()}")
         self.channel_id = f"{self.channel.kind}:" + hashlib.sha256(
             np.ascontiguousarray(self.channel.matrix).tobytes()).hexdigest()[:16]
 
@@ -245,6 +248,8 @@ class ChannelRuntime(StreamRuntime):
             "metrics": self._metrics_json,
             "stream_leakage": self.stream_leakage,
             "model": {"matrix": self.chain.matrix.tolist(), "stationary": self.chain.stationary},
+            # a finite model set: stream_leakage is its worst member's (exact over the set)
+            **({} if self.model_set is None else {"model_set": self.model_set.describe()}),
             "joint": self.joint.p.tolist(),  # the P(S, X) the per-record claims hold under
             "labels": [self.states.label_of(i) for i in range(self.states.k)],
             # the channel itself (issue 14): Pr(output j | input row), rows by x or by s·|X| + x

@@ -58,7 +58,7 @@ from typing import Any
 
 from ..config import Settings
 from ..ingest.stream import IngestHub, StepInput
-from ..ledger.events import AggregateEvent, Event
+from ..ledger.events import AggregateEvent, DriftEvent, Event
 from ..ledger.odometer import odometer
 from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
@@ -185,7 +185,8 @@ class Daemon:
             self.runtimes[cfg.name] = make_runtime(
                 s, cfg, bit_source(s.deterministic_seed, i),
                 resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted,
-                              await box.run(Outbox.newest_step, cfg.name)),
+                              await box.run(Outbox.newest_step, cfg.name),
+                              await box.run(lambda _b, name=cfg.name: self._drift_of(name))),
                 aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i),
                 plan_cache=PlanCache(beside(s.outbox.path)))
             if s.deterministic_seed is not None:
@@ -194,6 +195,11 @@ class Daemon:
             if restarted:
                 log.info("stream %s: resuming at seq %d after a restart (%d open marks kept)",
                          cfg.name, first_seq, len(open_marks))
+
+    def _drift_of(self, stream: str) -> DriftEvent | None:
+        """The stream's latest drift event in the ledger (outbox thread)."""
+        assert self._ledger is not None
+        return self._ledger.book(self.settings.device, stream).drift
 
     def _charged_upto(self, stream: str) -> int:
         """One past the last position an aggregate window or a channel reservation of ``stream``

@@ -46,6 +46,7 @@ from ..audit.exact import Leakage
 from ..audit.kstate import combine, right_pairs
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs
 from ..chain import MarkovChain
+from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
@@ -54,6 +55,9 @@ from ..sampling import BitSource, apply_redaction, thresholds
 MARK_SOURCES = ("flag", "command", "schedule")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
+#: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a
+#: looser bound only redacts more on the right).
+LATE_LEFT_BOXES = 100
 
 
 def mixing_gap(chain: MarkovChain) -> int:
@@ -224,6 +228,9 @@ class StreamPrivatizer:
     #: Further chains each mark's figure is evaluated under (the figure is the worst case over
     #: them and the plan's chain): members of a model set (streamguard.model).
     members: tuple[MarkovChain, ...] = ()
+    #: A binary box ((α_lo, α_hi), (β_lo, β_hi)) of chains: every mark's figure is then certified over
+    #: the whole box (streamguard.model.box_window), not evaluated under finitely many chains.
+    box: tuple[tuple[float, float], tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         if self.delay is None:
@@ -251,6 +258,8 @@ class StreamPrivatizer:
         self.k = self.plan.chain.k
         self._chains = [_ChainPowers(c) for c in (self.plan.chain, *self.members)]
         self._max_gap = max(mixing_gap(c.chain) for c in self._chains)
+        if self.box is not None and self.k != 2:
+            raise ValueError("a box of chains is a binary model set")
         if self.initial is not None:
             self.initial = np.asarray(self.initial, dtype=np.float64)
         for m in self._marks:  # restored open marks: their figure under the rows known now
@@ -529,7 +538,9 @@ class StreamPrivatizer:
 
     def _evaluate(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64]) -> Leakage:
         """Exact leakage about X_p of these rows, worst case over restart gaps, initial laws and the
-        chains evaluated (the plan's and ``members``)."""
+        chains evaluated (the plan's and ``members``); with a ``box``, the certified bound over it."""
+        if self.box is not None:
+            return certify(self.box, self._box_cases(p, left, right), target=self.plan.epsilon)
         worst = Leakage(0.0, 0.0, 0.0)
         for c in self._chains:
             for G in self._gaps(p - left.shape[0] - 1, p + right.shape[0] + 1):  # stand-ins included
@@ -540,8 +551,58 @@ class StreamPrivatizer:
     def _left_leakage(self, m: Mark) -> float:
         """The exact left leakage of the mark's committed left rows (worst case, as above)."""
         left, _ = self._window_rows(m, committed=True)
+        if self.box is not None:
+            # the decision it feeds: on time, whether the right side keeps the plan's rows (left ≤
+            # ε − ε_r; at the stream's start whether the left side is within its budget); late,
+            # the right budget ε − L_ℓ itself (no target: as tight as the bounded search gets)
+            reaches = m.left_reach >= m.phys
+            target = None if m.late else (self.plan.left.budget if reaches
+                                          else self.plan.epsilon - self.plan.right.budget)
+            return certify(self.box, self._box_cases(m.phys, left, None), key="left", target=target,
+                           give_up_above=self.plan.epsilon, max_boxes=LATE_LEFT_BOXES if m.late else MAX_BOXES).left
         G_all = self._gaps(m.phys - left.shape[0] - 1, m.phys)
         return max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
+
+    # -- certified figures over a box (streamguard.model.box_window) ---------------------------
+    def _box_cases(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64] | None) -> list[WindowCase]:
+        """The window's hypotheses for the box certificate, mirroring :meth:`_left_pairs` and
+        :meth:`_right_pairs`: G = 0 unless the window spans the restart, else every gap — G <
+        EXPLICIT_GAPS one by one, the rest (and G = ∞) in one tail enclosure — and a sensor that
+        restarted too (None)."""
+        hi = p + (0 if right is None else right.shape[0]) + 1
+        spans = self.boundary is not None and p - left.shape[0] - 1 < self.boundary <= hi
+        gaps: list[int | str | None] = [*range(EXPLICIT_GAPS), "tail", None] if spans else [0]
+        return [WindowCase(self._box_left(left, p, G), None if right is None else self._box_right(right, p, G))
+                for G in gaps]
+
+    def _box_left(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> LeftCase:
+        b, m = self.boundary, rows.shape[0]
+        if b is not None and G is None and p - m < b <= p:
+            m = p - b
+            rows = rows[:m]
+        first = 0 if b is None or G is not None or p < b else b
+        reaches = p - m == first
+        steps = m if reaches else m + 1
+        kinds = [(1, 1)] * steps
+        if b is not None and G:  # (a gap of G ≥ 1, or the tail)
+            j = p - b + 1
+            if 1 <= j <= steps:
+                kinds[j - 1] = gap_kind(None if G == "tail" else int(G))  # type: ignore[arg-type]
+        t0 = p - m - 1
+        d = t0 - b if b is not None and t0 >= b else t0
+        init = None if self.initial is None else (float(self.initial[0]), float(self.initial[1]))
+        return LeftCase(np.ascontiguousarray(rows, dtype=np.float64), tuple(kinds), reaches,
+                        init if reaches else None, max(d, 0))
+
+    def _box_right(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> RightCase:
+        cut = np.vstack([rows, np.zeros((1, self.k))])
+        kinds = [(1, 1)] * cut.shape[0]
+        b = self.boundary
+        if b is not None and G != 0:
+            j = b - p - 1
+            if 0 <= j < cut.shape[0]:
+                kinds[j] = gap_kind(None if G in ("tail", None) else int(G))  # type: ignore[arg-type]
+        return RightCase(cut, tuple(kinds))
 
     def _committed(self, m: Mark) -> Leakage:
         """The mark's figure now: rows used, and committed rows for its undecided records."""

@@ -10,16 +10,18 @@ from typing import Any
 
 import numpy as np
 
+from ..chain import MarkovChain
 from ..config import Settings, StreamConfig
 from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import StreamPlan
 from ..redaction.plan_cache import PlanCache, cached_plan_stream
 from ..sampling import BitSource
-from ..ledger.events import RedactionEvent
+from ..ledger.events import DriftEvent, RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
-from ..model.krobust import RobustKStreamPlan, robust_plan_for
+from ..model.krobust import RobustKStreamPlan, robust_kstream_plan
 from ..model.robust import RobustStreamPlan
+from ..model.robust_cache import cached_robust_stream_plan
 from ..quilt.release import AggregateRelease
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Rejection
@@ -43,8 +45,12 @@ class RedactionRuntime(StreamRuntime):
         self.model_set = cfg.model_set()
         self.robust: RobustStreamPlan | RobustKStreamPlan | None = None
         self.plan: StreamPlan | KStreamPlan
-        if self.model_set is not None:  # (robust plans are not cached)
-            self.robust = robust_plan_for(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split)
+        if self.model_set is not None and not self.model_set.is_binary:  # a k-state row-wise set (not cached)
+            self.robust = robust_kstream_plan(self.model_set, cfg.epsilon, split=cfg.split)
+            self.plan = self.robust.evaluation_plan()
+        elif self.model_set is not None:  # cached by the set's content, re-certified on every start
+            self.robust = cached_robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split,
+                                                    cache=plan_cache)
             self.plan = self.robust.evaluation_plan()
         elif self.chain.is_binary:
             self.plan = cached_plan_stream(
@@ -58,16 +64,33 @@ class RedactionRuntime(StreamRuntime):
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
-                                     members=() if self.robust is None else tuple(self.robust.evaluation_members()))
+                                     members=self._members(),
+                                     box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
+                                     else None)
         self.plan_leakage = self.plan.leakage()
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
+        #: The id of the model (set) the drift alarm concerns (ledger drift events name it).
+        self.model_id = guarded.digest()
         #: The drift guard, reading only what is released unchanged (streamguard.model.drift).
         self.drift = DriftGuard(guarded, cfg.drift_false_alarm) if guard_on else None
+        if resume.drift is not None and resume.drift.raised:
+            self._restore_drift(resume.drift, guarded)
         self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
         self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
+
+    def _members(self) -> tuple[MarkovChain, ...]:
+        """Further chains the privatizer evaluates every mark under: a finite set's members, a k-state
+        region's point estimate and stickiest member (finitely many, not a certificate:
+        docs/model-sets.md §5); none for a binary box (its figures are certified over the whole box)
+        or a single chain."""
+        if self.model_set is None or self.model_set.kind == "box":
+            return ()
+        if isinstance(self.robust, RobustKStreamPlan):
+            return tuple(self.robust.evaluation_members())
+        return tuple(self.model_set.members)
 
     # -- input --------------------------------------------------------------------------------
     def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[Release], Rejection | None]:
@@ -150,14 +173,42 @@ class RedactionRuntime(StreamRuntime):
         return releases
 
     def _on_drift(self) -> None:
-        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING."""
+        """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING,
+        and a drift ledger event (raised) — which also keeps the alarm across restarts."""
         assert self.drift is not None
         log.warning("stream %s: DRIFT — the live chain has left the model set (sequential test, false-alarm rate "
                     "%g, after %d observed transitions): marks' windows are now fully redacted and aggregates "
                     "stop; re-calibrate and restart the daemon", self.name, self.drift.false_alarm,
                     self.drift.transitions)
+        self._ledger_events.append(DriftEvent(
+            device=self.settings.device, stream=self.name, raised=True, model=self.model_id,
+            transitions=self.drift.transitions, false_alarm=self.drift.false_alarm,
+            reason="the sequential test found the live chain outside the model set"))
+        self._fail_closed()
+
+    def _fail_closed(self) -> None:
         self.core.fail_closed("drift: the live chain left the model set; the window is fully redacted but no "
                               "guarantee is stated outside the set")
+
+    def _restore_drift(self, event: DriftEvent, guarded: ModelSet) -> None:
+        """Recovery rule (docs/model-sets.md §6): an alarm raised under this model set holds after a
+        restart — the stream starts failing closed, the guard is on whatever the configuration says;
+        under a different model set (re-calibrated) it is cleared, with a ledger event of its own."""
+        if event.model != self.model_id:
+            log.info("stream %s: the drift alarm raised under model set %s is cleared: the stream now runs "
+                     "model set %s", self.name, event.model, self.model_id)
+            self._ledger_events.append(DriftEvent(
+                device=self.settings.device, stream=self.name, raised=False, model=self.model_id,
+                false_alarm=event.false_alarm,
+                reason=f"a new model set replaces {event.model}, under which the alarm was raised"))
+            return
+        if self.drift is None:
+            self.drift = DriftGuard(guarded, event.false_alarm)
+        self.drift.restore(event.transitions)
+        log.warning("stream %s: still in DRIFT — the alarm raised before the restart (ledger) holds under the "
+                    "same model set %s: marks' windows are fully redacted and aggregates stop; re-calibrate "
+                    "(a new model set clears it)", self.name, self.model_id)
+        self._fail_closed()
 
     def take_aggregates(self) -> list[tuple[int, AggregateRelease]]:
         """Aggregate releases to publish — none once the drift guard has fired (they are dropped)."""

@@ -23,7 +23,7 @@ from typing import Any
 from ..config import Settings, StreamConfig
 from ..sampling import BitSource
 from .privatizer import Mark
-from ..ledger.events import Event
+from ..ledger.events import DriftEvent, Event
 from ..quilt.release import AggregateRelease
 from .aggregates import StreamAggregates
 from .records import RawRecord, Rejection, SensitiveField, parse_frame
@@ -73,6 +73,8 @@ class Resume:
     restarted: bool = False
     #: The newest step's timestamp before the restart (frames at or before it make no new step).
     newest_ts: float | None = None
+    #: The stream's latest drift event in the ledger (the alarm persists across restarts).
+    drift: DriftEvent | None = None
 
 
 #: A stream's first start.
@@ -98,7 +100,8 @@ class StreamRuntime(abc.ABC):
         self._last_ts: float | None = None
         #: The stream's Markov model, built once (a calibration file is read once).
         self.chain = cfg.chain()
-        self.aggregates = StreamAggregates(cfg, self.chain, aggregate_source or source) if cfg.aggregates else None
+        self.aggregates = (StreamAggregates(cfg, cfg.model_chains(), aggregate_source or source) if cfg.aggregates
+                           else None)
         self._aggregate_releases: list[tuple[int, AggregateRelease]] = []
         self._ledger_events: list[Event] = []
         #: What a step is (set by each mechanism, which knows where its positions continue).
