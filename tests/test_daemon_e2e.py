@@ -52,7 +52,7 @@ from streamguard.redaction.plan import StreamPlan, plan_stream
 from streamguard.redaction.side import SideModel, plan_side
 from streamguard.stream.daemon import Daemon
 from streamguard.stream.outbox import Outbox
-from streamguard.stream.records import MAX_CLOCK_AHEAD, MAX_FRAME_BYTES, REASONS
+from streamguard.stream.records import MAX_BATCH_BYTES, MAX_BATCH_FRAMES, MAX_CLOCK_AHEAD, MAX_FRAME_BYTES, REASONS
 from streamguard.stream.transport import MAX_PACKET_BYTES
 from streamguard.stream.runtime import COMMAND_REASONS
 from streamguard.stream.transport import MqttTransport
@@ -549,6 +549,34 @@ def _no_constants(token: str) -> float:
     raise ValueError(token)
 
 
+def oracle_steps(data: bytes) -> list[tuple[float | str | None, float | None]]:
+    """The frames a raw message carries, each as (:func:`oracle_frame`, :func:`oracle_step_ts`):
+    the message itself, or — when it decodes as a JSON list (NaN allowed) of at most
+    MAX_BATCH_FRAMES elements and MAX_BATCH_BYTES bytes — each element as a frame of its own (no
+    per-frame size limit inside a list); a longer list is one rejected frame without a time."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, list):
+        return [(oracle_frame(data), oracle_step_ts(data))]
+    if len(data) > MAX_BATCH_BYTES or len(doc) > MAX_BATCH_FRAMES:
+        return [(None, None)]
+    return [(_oracle_object(e, _holds_constant(e)), _oracle_seconds(e.get("ts")) if isinstance(e, dict) else None)
+            for e in doc]
+
+
+def _holds_constant(obj: Any) -> bool:
+    """Does a decoded JSON value hold NaN or ±Infinity (not JSON: the frame is rejected)?"""
+    if isinstance(obj, float):
+        return not math.isfinite(obj)
+    if isinstance(obj, dict):
+        return any(_holds_constant(v) for v in obj.values())
+    if isinstance(obj, list):
+        return any(_holds_constant(v) for v in obj)
+    return False
+
+
 def oracle_frame(data: bytes) -> float | str | None:
     """What a correct daemon makes of a raw frame (labels "off"/"on"), from the wire format alone:
     None if it must be rejected, else its ``ts`` (a float) or ``"now"`` when it carries none.
@@ -558,6 +586,13 @@ def oracle_frame(data: bytes) -> float | str | None:
     try:
         obj = json.loads(data.decode("utf-8"), parse_constant=_no_constants)
     except (ValueError, RecursionError):
+        return None
+    return _oracle_object(obj, False)
+
+
+def _oracle_object(obj: Any, non_finite: bool) -> float | str | None:
+    """:func:`oracle_frame` of a decoded frame (``non_finite``: it held NaN or ±Infinity)."""
+    if non_finite:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("value"), str) or obj["value"] not in LABELS:
         return None
@@ -646,7 +681,8 @@ NOW_SLACK = 10.0
 def test_fuzzed_frames_never_crash_nor_leak(mosquitto: Broker, tmp_path: Path) -> None:
     """Arbitrary bytes, arbitrary JSON, near-valid objects, payloads around and far beyond the size
     limit (up to 2 MiB: those over the MQTT 5 Maximum Packet Size never reach the daemon) and
-    deeply nested JSON on the raw topic — and fuzzed commands — never
+    deeply nested JSON, and JSON lists (batches: each element a frame) on the raw topic — and
+    fuzzed commands — never
     crash the daemon: each frame is counted as accepted or rejected exactly as the wire format
     says (an independent oracle), a valid frame afterwards is still processed, and nothing but
     well-formed sanitized records, statuses and privacy reports is ever published."""
@@ -705,14 +741,18 @@ def test_fuzzed_frames_never_crash_nor_leak(mosquitto: Broker, tmp_path: Path) -
         @example(frames=[b'{"value":"on"' + b" " * (MAX_FRAME_BYTES - 14) + b"}",  # exactly at the limit: valid
                          b'{"value":"on"' + b" " * (MAX_FRAME_BYTES - 13) + b"}",  # one byte more
                          b'{"value":"on","pad":"' + b"x" * 2 * 2**20 + b'"}'], command=None)
+        @example(frames=[b'[{"value":"on","ts":1e9}, {"value":"off"}, "x", {"value":"on","ts":NaN}, [], '
+                         b'{"value":"on","ts":1e9,"private":true}]', b"[]",  # batches (issue 15); a duplicate
+                         b"[" + b'{"value":"on"},' * MAX_BATCH_FRAMES + b'{"value":"on"}]'],  # one too many
+                 command=b'{"private": "now"}')
         def one_batch(frames: list[bytes], command: bytes | None) -> None:
             sent_at = time.time()
-            for data in frames:
-                if len(data) + len(raw) + 10 > MAX_PACKET_BYTES:
-                    continue  # the broker discards a packet over our MQTT 5 Maximum Packet Size: never seen
-                verdict = oracle_frame(data)
+            steps = []  # each message's frames (a JSON list is several); the broker discards a packet
+            for data in frames:  # over our MQTT 5 Maximum Packet Size: never seen
+                if len(data) + len(raw) + 10 <= MAX_PACKET_BYTES:
+                    steps += oracle_steps(data)
+            for verdict, step_ts in steps:
                 expect["frames"] += 1
-                step_ts = oracle_step_ts(data)
                 if step_ts is not None and step_ts > sent_at + MAX_CLOCK_AHEAD:  # no usable time
                     expect["ambiguous"] |= step_ts <= sent_at + MAX_CLOCK_AHEAD + 30.0
                     step_ts = None

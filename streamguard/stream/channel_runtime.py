@@ -34,7 +34,7 @@ from ..config import ChannelConfig, Settings, StreamConfig
 from ..ledger.events import ChannelClaim, ChannelEvent
 from ..perturbation import Joint, PerturbationChannel
 from ..sampling import BitSource
-from .records import RawRecord, Rejection, SensitiveField
+from .records import Element, RawRecord, Rejection, SensitiveField
 from .runtime import FRESH, Resume, StreamRuntime
 from .steps import MEMORY, StepTracker
 
@@ -154,7 +154,7 @@ class ChannelRuntime(StreamRuntime):
                                               "model gives probability 0")
         return None
 
-    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[ChannelRelease], Rejection | None]:
+    def on_frame(self, data: bytes | Element | Rejection, now: float) -> tuple[list[ChannelRelease], Rejection | None]:
         rec, step = self._intake(data, now)
         if not step.new:  # a redelivered reading: drawn once, never twice
             return [], rec if isinstance(rec, Rejection) else None

@@ -64,8 +64,9 @@ from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
 from .hass import Discovery
-from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox
+from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox, Row
 from .privatizer import Mark
+from .records import Rejection
 from .publisher import Publisher
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
@@ -218,12 +219,22 @@ class Daemon:
                              persistent_session=persistent)
 
     # -- frames -------------------------------------------------------------------------------
-    async def handle_frame(self, stream: str, data: StepInput, now: float | None = None) -> None:
+    async def handle_frame(self, stream: str, data: StepInput | list[bytes], now: float | None = None) -> None:
+        """Raw input of a stream (its raw topic, a stdin line, a mapped sensor's step): a frame, a
+        batch of frames (a JSON list), several raw messages received together (a list of them:
+        StreamRuntime.on_messages — decided together and queued as one store entry), or a step
+        whose reading is known to be unknown."""
         rt = self.runtimes.get(stream)
         if rt is None:
             return
-        self.stats.frames += 1
-        releases, _ = rt.on_frame(data, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        if isinstance(data, Rejection):
+            self.stats.frames += 1
+            releases = rt.on_frame(data, now)[0]
+        else:
+            messages = data if isinstance(data, list) else [data]
+            self.stats.frames += len(messages)
+            releases = rt.on_messages(messages, now)
         await self._store(rt, releases)
 
     async def handle_command(self, stream: str, data: bytes) -> None:
@@ -249,9 +260,10 @@ class Daemon:
         await between a decision and its place in the queue: the queue is in decision order, so
         each stream's records are in seq order)."""
         marks = rt.mark_records()  # (also turns the marks into ledger events)
+        name, topic, payload = rt.name, rt.data_topic(), rt.payload
         entry = _StoreEntry(
-            rt.name,
-            [Item(rt.name, r.seq, rt.data_topic(), rt.payload(r)) for r in releases],
+            name,
+            [Item(name, r.seq, topic, payload(r)) for r in releases],
             rt.take_decisions(),
             marks,
             rt.take_ledger_events(),
@@ -276,7 +288,7 @@ class Daemon:
                 report = any(e.marks or e.aggregates for e in group)  # (persisting empties aggregates)
                 while True:
                     try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
-                        await self._box.run(self._persist, group, self._closing)
+                        rows = await self._box.run(self._persist, group, self._closing)
                         break
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
@@ -293,7 +305,7 @@ class Daemon:
                 stored = sum(len(e.items) for e in group)
                 self.stats.stored += stored
                 if stored:
-                    self._publisher.notify()
+                    self._publisher.notify(rows)
                     if self.settings.stdout:  # the JSON-lines sink: stored, so never re-drawn
                         sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
                         sys.stdout.flush()
@@ -367,15 +379,23 @@ class Daemon:
             await t.subscribe(topic)
         self._inputs_ready.set()
         try:
-            async for msg in t.messages():
-                route = routes.get(msg.topic)
-                if route is None:
-                    continue
-                name, is_command = route
-                if is_command:
-                    await self.handle_command(name, msg.payload)
-                else:
-                    await self.handle_frame(name, msg.payload)
+            async for group in t.message_groups():  # what queued up while the last group was handled
+                frames: list[bytes] = []  # consecutive raw frames of one stream, taken together
+                name = ""
+                for msg in group:
+                    route = routes.get(msg.topic)
+                    if route is None:
+                        continue
+                    if frames and (route[1] or route[0] != name):  # (commands keep their place)
+                        await self.handle_frame(name, frames)
+                        frames = []
+                    name, is_command = route
+                    if is_command:
+                        await self.handle_command(name, msg.payload)
+                    else:
+                        frames.append(msg.payload)
+                if frames:
+                    await self.handle_frame(name, frames)
         finally:
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
@@ -637,13 +657,14 @@ class Daemon:
         except TransportError as exc:
             log.warning("could not publish the offline status: %s", exc)
 
-    def _persist(self, box: Outbox, group: list[_StoreEntry], over_capacity: bool = False) -> None:
+    def _persist(self, box: Outbox, group: list[_StoreEntry], over_capacity: bool = False) -> list[Row] | None:
         """On the outbox thread: first the group's ledger events (durable; aggregates only if the
         budget filter admits them), then its records, rows used and mark states in one outbox
         transaction — so nothing is publishable before the ledger holds it. The ledger step is
         done once per entry: a retry (the outbox was full under ``stop-input``) only retries the
         store, with the admitted aggregates already turned into records. ``over_capacity`` is
-        passed to :meth:`Outbox.store` (shutdown)."""
+        passed to :meth:`Outbox.store` (shutdown). Returns the stored rows (for the publisher; None
+        when the overflow policy dropped records)."""
         assert self._ledger is not None
         self._ledger.commit_all([ev for e in group for ev in e.events])
         next_window: dict[str, int] = {}
@@ -668,8 +689,8 @@ class Daemon:
             marks.setdefault(e.stream, {}).update(e.marks)
             if e.newest is not None:
                 newest[e.stream] = max(newest.get(e.stream, e.newest), e.newest)
-        box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions, marks=marks,
-                  over_capacity=over_capacity, newest=newest)
+        return box.store([it for e in group for it in e.items], keep=KEEP_DECISIONS, decisions=decisions,
+                         marks=marks, over_capacity=over_capacity, newest=newest)
 
     def _admit(self, a: _Aggregate) -> bool:
         """The ledger's budget filter for one aggregate release: is it admitted (and recorded)?"""

@@ -248,7 +248,7 @@ class Outbox:
         marks: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
         over_capacity: bool = False,
         newest: Mapping[str, float] | None = None,
-    ) -> None:
+    ) -> list[Row] | None:
         """:meth:`put` plus, in the same transaction, ``decisions`` (per stream: index, row0, row1, …)
         and mark reports (per stream: seq → report) and the newest step's timestamp (per stream;
         a restart recognises frames redelivered from before it by it) — one disk sync for a whole
@@ -258,14 +258,18 @@ class Outbox:
         ``over_capacity`` (``stop-input`` only) stores the items even past ``max_records`` instead
         of raising :class:`Full`: the daemon's shutdown keeps what intake already decided (it is
         bounded by the store queue) rather than losing it. The next puts raise :class:`Full` until
-        acknowledgements bring the outbox back under ``max_records``."""
+        acknowledgements bring the outbox back under ``max_records``.
+
+        Returns the stored rows as :meth:`peek` would read them (ids are consecutive: one writer,
+        AUTOINCREMENT), for the publisher without a read back; None when the overflow policy
+        deleted records in this transaction (the publisher reads the outbox instead)."""
         excess = self._count + len(items) - self._max
         if self._overflow == "stop-input":
             if items and excess > 0 and not over_capacity:
                 raise Full(f"the outbox holds {self._count} of {self._max} records; {len(items)} more do not fit")
             excess = 0  # stop-input never deletes a stored record
         if not items and not decisions and not marks and not newest:
-            return
+            return []
         upto: dict[str, int] = {}
         decided: dict[str, list[tuple[int, float, float]]] = {}
         for it in items:
@@ -288,6 +292,7 @@ class Outbox:
                 "INSERT INTO outbox (stream, seq, topic, payload, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(it.stream, it.seq, it.topic, it.payload, now) for it in items],
             )
+            last = db.execute("SELECT last_insert_rowid()").fetchone()[0] if items else 0
             for name, mark in upto.items():
                 _raise_position(db, name, mark)
             for name, rows in decided.items():
@@ -300,6 +305,8 @@ class Outbox:
                                   "GROUP BY stream", (excess,)).fetchall()
                 db.execute("DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)", (excess,))
         self._count += len(items) - max(excess, 0) if items else 0
+        first = last - len(items) + 1
+        stored = [Row(first + i, it.stream, it.seq, it.topic, it.payload, now) for i, it in enumerate(items)]
         if items and excess > 0:
             self.dropped += excess
             self.dropped_by_stream.update(dict(lost))
@@ -307,6 +314,8 @@ class Outbox:
             if now - self._drop_logged >= DROP_LOG_INTERVAL:  # rate-limited: one line per interval
                 self._drop_logged = now
                 log.warning("outbox full: dropping the oldest records (%d since start)", self.dropped)
+            return None
+        return stored
 
     def peek(self, limit: int, after: int = 0) -> list[Row]:
         """Up to ``limit`` stored records with ``id > after``, oldest first (per-stream order is
@@ -325,8 +334,9 @@ class Outbox:
         (``synchronous=NORMAL`` for this transaction; the next stored group syncs it)."""
         self._db.execute("PRAGMA synchronous=NORMAL")
         try:
-            with self._transaction() as db:
-                deleted = db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids]).rowcount
+            with self._transaction() as db:  # one range delete per run of consecutive ids
+                deleted = sum(db.execute("DELETE FROM outbox WHERE id BETWEEN ? AND ?", run).rowcount
+                              for run in _runs(ids))
         finally:
             self._db.execute("PRAGMA synchronous=FULL")
         self._count -= deleted
@@ -384,6 +394,17 @@ class Outbox:
                 db.execute("INSERT OR IGNORE INTO announced (topic) VALUES (?)", (topic,))
             else:
                 db.execute("DELETE FROM announced WHERE topic = ?", (topic,))
+
+
+def _runs(ids: Iterable[int]) -> list[tuple[int, int]]:
+    """The distinct ``ids`` as maximal runs of consecutive integers, (first, last) each."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(set(ids)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
 
 
 def _upsert_mark(db: sqlite3.Connection, stream: str, seq: int, report: Mapping[str, Any]) -> None:

@@ -267,8 +267,11 @@ class StreamPrivatizer:
 
     # -- intake -------------------------------------------------------------------------------
     def accept(self, state: int, ts: float, *, now: float, private: bool = False,
-               source: str = "flag") -> tuple[int, list[Release]]:
-        """Take one validated record; returns its seq and the records decided as a result."""
+               source: str = "flag", defer: bool = False) -> tuple[int, list[Release]]:
+        """Take one validated record; returns its seq and the records decided as a result.
+        ``defer``: decide nothing yet — the caller takes several steps (a batch) and then calls
+        :meth:`decide_due` once, one kernel call for all (deciding later only lets more marks
+        reach a record: never less redaction)."""
         if not 0 <= int(state) < self.plan.chain.k:
             raise ValueError(f"state outside 0..{self.plan.chain.k - 1}")
         seq = self.next_seq
@@ -277,9 +280,10 @@ class StreamPrivatizer:
         self._push(seq, int(state), float(ts), now)
         if private:
             self.mark(seq, source=source)
-        return seq, self._decide_due()
+        return seq, [] if defer else self._decide_due()
 
-    def skip(self, *, now: float, ts: float | None = None, private: bool = False) -> list[Release]:
+    def skip(self, *, now: float, ts: float | None = None, private: bool = False,
+             defer: bool = False) -> list[Release]:
         """A rejected frame (or a step whose reading is missing): one physical step, no seq,
         redacted with probability 1. With ``private`` (the frame asked to be private, as far as it
         could be read, or its time lies in a private schedule) the step is marked private all the
@@ -287,7 +291,7 @@ class StreamPrivatizer:
         self._push(None, 0, math.nan if ts is None else float(ts), now)
         if private:
             self._mark_at(None, self.next_phys - 1, "flag")
-        return self._decide_due()
+        return [] if defer else self._decide_due()
 
     def _push(self, seq: int | None, state: int, ts: float, now: float) -> None:
         self._pending.append(_Pending(self.next_phys, seq, state, ts, float(now)))
@@ -296,6 +300,10 @@ class StreamPrivatizer:
             while len(self._ts_of) > self._keep:
                 self._ts_of.popitem(last=False)
         self.next_phys += 1
+
+    def decide_due(self) -> list[Release]:
+        """Decide the records that are due (more than ``delay`` steps behind the newest)."""
+        return self._decide_due()
 
     def _decide_due(self) -> list[Release]:
         count = 0
@@ -613,28 +621,43 @@ class StreamPrivatizer:
         return self._evaluate(m.phys, *self._window_rows(m, committed=False))
 
     # -- decisions ----------------------------------------------------------------------------
-    def _row(self, t: int) -> NDArray[np.float64]:
-        row = np.zeros(self.k)
+    def _rows_of(self, lo: int, count: int) -> NDArray[np.float64]:
+        """The rows of the consecutive positions lo..lo+count−1: for each, the element-wise maximum
+        over the marks of :meth:`Mark.row_at` (zeros where no mark reaches), one slice per mark
+        side instead of one lookup per position and mark."""
+        rows = np.zeros((count, self.k))
+        hi = lo + count
         for m in self._marks:
-            r = m.row_at(t)
-            if r is not None:
-                np.maximum(row, r, out=row)
-        return row
+            p = m.phys
+            a, b = max(lo, p + 1), min(hi, p + m.right.shape[0] + 1)  # right: t − p = 1..len(right)
+            if a < b:
+                np.maximum(rows[a - lo:b - lo], m.right[a - p - 1:b - p - 1], out=rows[a - lo:b - lo])
+            a, b = max(lo, p - m.left.shape[0]), min(hi, p)  # left: p − t = 1..len(left), reversed
+            if a < b:
+                np.maximum(rows[a - lo:b - lo], m.left[p - b:p - a][::-1], out=rows[a - lo:b - lo])
+            if lo <= p < hi:
+                rows[p - lo] = 1.0
+        return rows
 
     def _decide(self, count: int) -> list[Release]:
         if count == 0:
             return []
         batch = [self._pending.popleft() for _ in range(count)]
-        rows = np.stack([np.ones(self.k) if p.seq is None else self._row(p.phys) for p in batch])
+        lo = batch[0].phys  # (pending positions are consecutive: every step is pushed in order)
+        assert batch[-1].phys == lo + count - 1
+        rows = self._rows_of(lo, count)
+        for i, p in enumerate(batch):
+            if p.seq is None:  # a rejected frame or a missing reading: redacted with probability 1
+                rows[i] = 1.0
         states = np.array([p.state for p in batch], dtype=np.int8)
-        out = apply_redaction(states, thresholds(rows), np.arange(count), self.source)
+        out = apply_redaction(states, thresholds(rows), np.arange(count), self.source).tolist()
         releases = []
-        for p, row, y in zip(batch, rows, out):
-            r = tuple(float(v) for v in row)
+        for p, row, y in zip(batch, rows.tolist(), out):
+            r = tuple(row)
             self._rows[p.phys] = r
             self.last_decisions.append((p.phys, *r))
             if p.seq is not None:
-                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else int(y), r))
+                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else y, r))
         while len(self._rows) > self._keep:
             self._rows.popitem(last=False)
         while self._phys_of_seq and len(self._phys_of_seq) > self._keep:

@@ -16,7 +16,10 @@ Semantics:
   A partial batch waits for more records until its oldest record has been stored for
   ``batch_latency_ms``; with ``batch_max == 1`` each message is one record's payload as stored.
 - **Wake-up.** Call :meth:`Publisher.notify` after every put, so the publisher reads the new
-  records; :attr:`Publisher.idle` is set while there is nothing left to publish.
+  records; :attr:`Publisher.idle` is set while there is nothing left to publish. The writer hands
+  over the rows it just stored (``notify(rows)``, issue 15): the publisher takes them instead of
+  reading them back only when they continue exactly where its reading stopped (the next id), so
+  what it sends is what :meth:`Outbox.peek` would have returned; otherwise it reads the outbox.
 - **Shutdown.** :meth:`Publisher.drain` sends partial batches at once and waits, up to a
   deadline, until the outbox is empty; then cancel the task running :meth:`Publisher.run`.
   What is not acknowledged stays in the outbox for the next start.
@@ -43,6 +46,8 @@ log = logging.getLogger(__name__)
 
 #: Most records read from the outbox in one query.
 _READ_CHUNK = 1000
+#: Most stored rows held for the publisher (handed over by the writer); beyond, it reads the outbox.
+_HANDOFF_LIMIT = 2 * _READ_CHUNK
 
 
 @dataclass
@@ -142,11 +147,31 @@ class Publisher:
         self.stats = PublisherStats()
         #: Set while there is nothing to publish: the outbox is empty and nothing is in flight.
         self.idle = asyncio.Event()
+        #: Rows just stored, handed over by the writer (consecutive ids), not yet taken.
+        self._handed: deque[Row] = deque()
 
-    def notify(self) -> None:
-        """New records were put: read them."""
+    def notify(self, rows: list[Row] | None = None) -> None:
+        """New records were put: read them. ``rows``: the rows just stored, in id order (from
+        :meth:`Outbox.store`), taken without a read when they continue the publisher's reading;
+        None when unknown (the outbox is read; anything handed over before is forgotten)."""
+        if rows is None or len(self._handed) + len(rows) > _HANDOFF_LIMIT or (
+                self._handed and rows and rows[0].id != self._handed[-1].id + 1):
+            self._handed.clear()
+        else:
+            self._handed.extend(rows)
         self.idle.clear()
         self._wake.set()
+
+    def _take_handed(self, cursor: int, want: int) -> list[Row] | None:
+        """Up to ``want`` handed-over rows from id ``cursor + 1`` on, or None when they do not start
+        there (the outbox is read instead)."""
+        q = self._handed
+        while q and q[0].id <= cursor:  # (already read from the outbox)
+            q.popleft()
+        if not q or q[0].id != cursor + 1:
+            q.clear()
+            return None
+        return [q.popleft() for _ in range(min(want, len(q)))]
 
     async def run(self) -> None:
         """Publish until cancelled, reconnecting after failures."""
@@ -179,7 +204,9 @@ class Publisher:
                 if self._wake.is_set() and batcher.size < self._lookahead:
                     self._wake.clear()
                     want = self._lookahead - batcher.size
-                    rows = await self._box.run(Outbox.peek, want, after=cursor)
+                    rows = self._take_handed(cursor, want)
+                    if rows is None:
+                        rows = await self._box.run(Outbox.peek, want, after=cursor)
                     if rows:
                         cursor = rows[-1].id
                         batcher.add(rows)

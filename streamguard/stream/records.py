@@ -6,6 +6,13 @@ sensitive attribute S as well (paper 004's non-Markov reduction) names a second 
 ``{"value": 21.5, "occupancy": "home"}``, mapped to S's states like ``value``. A frame that fails any check becomes a
 :class:`Rejection` with a short machine-readable reason and a message naming the field — never
 the value, because the value is the private reading.
+
+A raw message may also carry a **batch**: a JSON list of such objects, all of one stream, each
+element one step in list order (:func:`split_batch`, at most :data:`MAX_BATCH_FRAMES` elements and
+:data:`MAX_BATCH_BYTES` bytes). Each element is validated by the same rules as a frame of its own
+(:func:`parse_element`), so a malformed element is one rejected step — private when it may carry a
+private request — and its neighbours in the list are unaffected. A list over the bounds is refused
+as a whole: one rejected step, private (fail closed: its elements are not read).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ MAX_FRAME_BYTES = 16 * 1024
 #: an accepted frame stamped ahead holds back its stream's later frames ("out of order") until the
 #: clock reaches it: for at most this many seconds (it was an hour; issue 13: clocks).
 MAX_CLOCK_AHEAD = 30.0
+#: A batch (a JSON list of frames) holds at most this many frames and bytes.
+MAX_BATCH_FRAMES = 1000
+MAX_BATCH_BYTES = 256 * 1024
 
 REASONS = (
     "oversize",
@@ -164,14 +174,29 @@ class _Object(dict):  # type: ignore[type-arg]
 
 def _object(pairs: list[tuple[str, Any]]) -> _Object:
     obj = _Object(pairs)
-    obj.asks_private = any(k.strip().lower() == "private" and v is not False for k, v in pairs) or any(
-        _asks_private(v) for _, v in pairs)  # nested objects (decoded first) and lists of them
+    for k, v in pairs:  # nested objects (decoded first) and lists of them count too
+        if (v is not False and k.strip().lower() == "private") or _asks_private(v):
+            obj.asks_private = True
+            break
     return obj
 
 
-def _decode(text: str) -> Any:
-    """JSON with every object an :class:`_Object`; NaN/Infinity refused (:class:`_NonFinite`)."""
+def _decode(text: str, *, private_keys: bool = True) -> Any:
+    """JSON with every object an :class:`_Object`; NaN/Infinity refused (:class:`_NonFinite`).
+    ``private_keys=False`` (:func:`may_name_private` said no key can be "private"): plain dicts,
+    decoded by the C scanner without the per-object hook — none asks to be private."""
+    if not private_keys:
+        return json.loads(text, parse_constant=_reject_constant)
     return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_object)
+
+
+def may_name_private(data: bytes) -> bool:
+    """Can the document in ``data`` hold a key that reads "private" (any case, any escaping)? Not
+    if its bytes hold no backslash (so no escape) and no "private" in any ASCII case: a key whose
+    ``strip().lower()`` is "private" is that word's ASCII letters in some case, between whitespace
+    (the one non-ASCII character that lowercases to an ASCII letter, U+0130, lowercases to two
+    characters). A cheap test on the bytes that lets most frames skip the per-object hook."""
+    return b"\\" in data or b"private" in data.lower()
 
 
 def _asks_private(obj: Any) -> bool:
@@ -209,10 +234,88 @@ def parse_frame(
             obj = json.loads(data.decode("utf-8"), object_pairs_hook=_object)  # NaN allowed: only keys matter
         except (UnicodeDecodeError, ValueError, RecursionError):
             readable = False
+    return _refused(result, obj, readable, now)
+
+
+def _refused(result: Rejection, obj: Any, readable: bool, now: float | None) -> Rejection:
+    """``result`` with the frame's private request (any, or unreadable: fail closed) and its
+    timestamp when one can be read from the decoded ``obj``."""
     ts = _finite_float(obj.get("ts")) if isinstance(obj, dict) else None
     if ts is not None and now is not None and ts > now + MAX_CLOCK_AHEAD:
         ts = None  # not a usable time: a bad clock must not become the stream's newest step
     return Rejection(result.reason, result.message, private=not readable or _asks_private(obj), ts=ts)
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element of a batch, decoded (:func:`split_batch`); ``non_finite``: the batch held a
+    NaN or an infinity somewhere, so this element is checked for one."""
+
+    obj: Any
+    non_finite: bool = False
+
+
+class _NonFiniteToken:
+    """Stands in for a NaN/Infinity constant while a batch is decoded (refused per element)."""
+
+
+_NON_FINITE = _NonFiniteToken()
+
+
+def _holds_non_finite(obj: Any) -> bool:
+    if obj is _NON_FINITE:
+        return True
+    if isinstance(obj, dict):
+        return any(_holds_non_finite(v) for v in obj.values())
+    if isinstance(obj, list):
+        return any(_holds_non_finite(v) for v in obj)
+    return False
+
+
+def split_batch(data: bytes) -> list[Element] | Rejection | None:
+    """The frames of a raw message that is a batch — a JSON list whose elements are frames — or
+    None when it is not one (a single frame, or bytes no JSON decoder reads as a list: they go
+    through :func:`parse_frame` as one frame, exactly as before batches existed). A list longer than
+    :data:`MAX_BATCH_FRAMES` or larger than :data:`MAX_BATCH_BYTES` is a :class:`Rejection`
+    (``oversize``, private: its elements are not read, fail closed). The empty list is a batch of
+    no frames."""
+    if data[:1] != b"[" and data.lstrip()[:1] != b"[":
+        return None
+    if len(data) > MAX_BATCH_BYTES:
+        return Rejection("oversize", f"batch exceeds {MAX_BATCH_BYTES} bytes", private=True)
+    found: list[bool] = []
+
+    def constant(_token: str) -> _NonFiniteToken:
+        found.append(True)
+        return _NON_FINITE
+
+    hook = {"object_pairs_hook": _object} if may_name_private(data) else {}
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_constant=constant, **hook)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, list):
+        return None
+    if len(doc) > MAX_BATCH_FRAMES:
+        return Rejection("oversize", f"batch holds more than {MAX_BATCH_FRAMES} frames", private=True)
+    non_finite = bool(found)
+    return [Element(x, non_finite) for x in doc]
+
+
+def parse_element(
+    element: Element, states: StateMap, *, now: float | None, last_ts: float | None,
+    sensitive: SensitiveField | None = None,
+) -> RawRecord | Rejection:
+    """Validate one frame of a batch by the rules of :func:`parse_frame` (a NaN or infinity in it
+    is ``not-finite``; a rejected element is private when it carries a private request)."""
+    obj = element.obj
+    if element.non_finite and _holds_non_finite(obj):
+        result: RawRecord | Rejection = Rejection("not-finite", "frame contains NaN or Infinity")
+    else:
+        result = _check(obj, states, now=now, last_ts=last_ts, sensitive=sensitive)
+    if not isinstance(result, Rejection):
+        return result
+    return _refused(result, obj, True, now)
 
 
 def frame_text(data: bytes, max_bytes: int, what: str = "frame") -> str | Rejection:
@@ -236,13 +339,20 @@ def _parse(
     if isinstance(text, Rejection):
         return text
     try:
-        obj = _decode(text)
+        obj = _decode(text, private_keys=may_name_private(data))
     except _NonFinite:
         return Rejection("not-finite", "frame contains NaN or Infinity")
     except ValueError:
         return Rejection("not-json", "frame is not valid JSON")
     except RecursionError:  # e.g. thousands of nested brackets: the decoder's recursion limit
         return Rejection("not-json", "frame is nested too deeply to parse")
+    return _check(obj, states, now=now, last_ts=last_ts, sensitive=sensitive)
+
+
+def _check(
+    obj: Any, states: StateMap, *, now: float | None, last_ts: float | None, sensitive: SensitiveField | None,
+) -> RawRecord | Rejection:
+    """The checks of a decoded frame (see :func:`_parse`)."""
     if not isinstance(obj, dict):
         return Rejection("not-object", "frame must be a JSON object")
     if "value" not in obj:

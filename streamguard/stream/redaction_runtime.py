@@ -3,6 +3,7 @@ events and the retained privacy status (the frame handling all streams share is 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import logging
@@ -24,12 +25,17 @@ from ..model.robust import RobustStreamPlan
 from ..model.robust_cache import cached_robust_stream_plan
 from ..quilt.release import AggregateRelease
 from .privatizer import Mark, Release, StreamPrivatizer
-from .records import Rejection
+from .records import Element, Rejection
 from .steps import StepTracker
 
 from .runtime import FRESH, Resume, StreamRuntime
 
 log = logging.getLogger(__name__)
+
+#: A batch is decided in chunks of at most this many elements (one kernel call each): the core
+#: keeps the rows of its last 4·(H_ℓ + H_r + 1) + delay + 64 positions, so every record one call
+#: decides, and the windows of the marks it finishes, are still in memory.
+DECIDE_EVERY = 32
 
 
 class RedactionRuntime(StreamRuntime):
@@ -80,6 +86,17 @@ class RedactionRuntime(StreamRuntime):
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
         self._warned_open: list[Mark] = [m for m in resume.open_marks if not m.honoured]
+        #: Inside a batch (:meth:`_on_batch`): steps are taken, decisions wait for the chunk's end.
+        self._defer = False
+        #: Decisions and mark events moved out of the core's bounded deques during a batch, so
+        #: none is lost before the owner takes them (take_decisions, mark_records).
+        self._decisions: list[tuple[float, ...]] = []
+        self._mark_events: list[Mark] = []
+        dump = functools.partial(json.dumps, separators=(",", ":"))
+        #: The payload's fixed parts, JSON-encoded once (:meth:`payload`): its head up to ``seq``,
+        #: each state's published value, the mode.
+        self._parts = (f'{{"device":{dump(settings.device)},"stream":{dump(self.name)},"seq":',
+                       [dump(self.states.label_of(i)) for i in range(self.states.k)], dump(self._mode()))
 
     def _members(self) -> tuple[MarkovChain, ...]:
         """Further chains the privatizer evaluates every mark under: a finite set's members, a k-state
@@ -93,7 +110,27 @@ class RedactionRuntime(StreamRuntime):
         return tuple(self.model_set.members)
 
     # -- input --------------------------------------------------------------------------------
-    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[Release], Rejection | None]:
+    def _on_batch(self, steps: list[bytes | Element | Rejection], now: float) -> list[Release]:
+        """Several steps (a batch's elements, frames received together) are taken one by one
+        (marks included), then what is due is decided in one kernel call per DECIDE_EVERY steps.
+        Deciding at the end instead of after each step only lets a mark on a later step reach more
+        undecided records (never less redaction); the newest record stays held until the next
+        frame, so a ``"now"`` command after them still protects it."""
+        out: list[Release] = []
+        for lo in range(0, len(steps), DECIDE_EVERY):
+            self._defer = True
+            try:
+                out += super()._on_batch(steps[lo:lo + DECIDE_EVERY], now)
+            finally:
+                self._defer = False
+            out += self._count(self.core.decide_due())
+            self._decisions += self.core.last_decisions
+            self.core.last_decisions.clear()
+            self._mark_events += self.core.mark_events
+            self.core.mark_events.clear()
+        return out
+
+    def on_frame(self, data: bytes | Element | Rejection, now: float) -> tuple[list[Release], Rejection | None]:
         """Validate and privatize one raw frame. Returns the records decided as a result and the
         rejection, if any.
 
@@ -113,20 +150,21 @@ class RedactionRuntime(StreamRuntime):
             return [], rejection
         releases: list[Release] = []
         for missing in step.missing:  # readings that never arrived still occupy their steps
-            releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True))
+            releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True),
+                                       defer=self._defer)
             self.steps.taken(missing, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None, missing)
         if isinstance(rec, Rejection):
             clock = now if self.wall_clock else None  # (its time: its own ts, else the daemon's clock)
             private = rec.private or self._scheduled(clock if rec.ts is None else rec.ts, guard=True)
-            releases += self.core.skip(now=now, ts=rec.ts, private=private)
+            releases += self.core.skip(now=now, ts=rec.ts, private=private, defer=self._defer)
             self.steps.taken(rec.ts, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None, now if rec.ts is None else rec.ts)
             return self._count(releases), rec
         scheduled = self._scheduled(rec.ts, guard=False)
         source = "flag" if rec.private else "schedule"
         _, accepted = self.core.accept(rec.state, math.nan if rec.ts is None else rec.ts, now=now, private=rec.private or scheduled,
-                                       source=source)
+                                       source=source, defer=self._defer)
         self.steps.taken(rec.ts, self.core.next_phys - 1)
         # a record flagged private on arrival stays out of the aggregate windows (its position is
         # still charged); a mark that comes later cannot take back a reading already counted
@@ -217,7 +255,7 @@ class RedactionRuntime(StreamRuntime):
 
     def take_decisions(self) -> list[tuple[float, ...]]:
         """The redaction rows used since the last call, (physical index, r0, …, r(k−1)), for the outbox."""
-        rows = list(self.core.last_decisions)
+        rows, self._decisions = [*self._decisions, *self.core.last_decisions], []
         self.core.last_decisions.clear()
         return rows
 
@@ -231,9 +269,10 @@ class RedactionRuntime(StreamRuntime):
         creation, or when the exact check at its end fails — naming the stream, the seq, the
         position and the reason, never a reading."""
         marks: list[Mark] = []
-        for m in self.core.mark_events:  # a mark created and finished since the last call is listed twice
-            if not any(m is k for k in marks):
+        for m in (*self._mark_events, *self.core.mark_events):  # a mark created and finished since the
+            if not any(m is k for k in marks):  # last call is listed twice
                 marks.append(m)
+        self._mark_events = []
         self.core.mark_events.clear()
         for m in marks:
             is_open, warned = self.core.is_open(m), any(m is w for w in self._warned_open)
@@ -289,7 +328,16 @@ class RedactionRuntime(StreamRuntime):
         }
 
     def payload(self, r: Release) -> bytes:
-        return json.dumps(self.record(r), separators=(",", ":")).encode()
+        """The bytes of ``json.dumps(self.record(r), separators=(",", ":"))``, formatted from parts
+        encoded once (the per-record JSON encoder was a tenth of the daemon's per-record path; a
+        test checks the two byte for byte): ints and ``repr`` of floats are what the JSON encoder
+        writes for them, and ``ts`` is finite or NaN (null)."""
+        head, values, mode = self._parts
+        ts = "null" if math.isnan(r.ts) else repr(r.ts)
+        value = "null" if r.state is None else values[r.state]
+        row = ",".join(map(repr, r.row))
+        return (f'{head}{r.seq},"position":{r.phys},"ts":{ts},"value":{value},'
+                f'"redacted":{"true" if r.state is None else "false"},"redaction":[{row}],"mode":{mode}}}').encode()
 
     def _model_description(self) -> dict[str, Any]:
         """The point model as a consumer needs it to re-audit and to correct its estimates

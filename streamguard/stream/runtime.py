@@ -26,7 +26,7 @@ from .privatizer import Mark
 from ..ledger.events import DriftEvent, Event
 from ..quilt.release import AggregateRelease
 from .aggregates import StreamAggregates
-from .records import RawRecord, Rejection, SensitiveField, parse_frame
+from .records import Element, RawRecord, Rejection, SensitiveField, parse_element, parse_frame, split_batch
 from .steps import Step, StepTracker
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
@@ -163,14 +163,17 @@ class StreamRuntime(abc.ABC):
     def command_topic(self) -> str:
         return self.settings.topic(self.name, "cmd")
 
-    def _parse(self, data: bytes, now: float) -> RawRecord | Rejection:
+    def _parse(self, data: bytes | Element, now: float) -> RawRecord | Rejection:
         clock = now if self.wall_clock else None
-        rec = parse_frame(data, self.states, now=clock, last_ts=self._last_ts, sensitive=self._sensitive())
+        if isinstance(data, Element):
+            rec = parse_element(data, self.states, now=clock, last_ts=self._last_ts, sensitive=self._sensitive())
+        else:
+            rec = parse_frame(data, self.states, now=clock, last_ts=self._last_ts, sensitive=self._sensitive())
         if not isinstance(rec, Rejection):
             rec = self._outside_model(rec) or rec
         return rec
 
-    def _intake(self, data: bytes | Rejection, now: float) -> tuple[RawRecord | Rejection, Step]:
+    def _intake(self, data: bytes | Element | Rejection, now: float) -> tuple[RawRecord | Rejection, Step]:
         """Validate a frame and say which step it is (steps.py). Every frame is counted once: as a
         duplicate (it repeats a step already seen — whatever else is wrong with it), as rejected
         (by reason; a late frame is ``ts-out-of-order`` and no step), or as accepted. A
@@ -201,7 +204,7 @@ class StreamRuntime(abc.ABC):
         """Is time ``ts`` in a private schedule window (or, with ``guard``, within
         ``schedule_guard`` of one)? An unknown time (None: batch mode) is, when there is a
         schedule: fail closed."""
-        if ts is None:
+        if ts is None or not self.cfg.schedule:
             return bool(self.cfg.schedule)
         if guard:
             return any(w.near(ts, self.cfg.schedule_guard) for w in self.cfg.schedule)
@@ -222,9 +225,39 @@ class StreamRuntime(abc.ABC):
         return "deterministic" if self.deterministic else "csprng"
 
     # -- what the daemon drives (each mechanism implements these) -------------------------------
+    def on_message(self, data: bytes, now: float) -> list[Any]:
+        """Validate and privatize one raw message of the stream's raw topic (or one stdin line):
+        a frame (:meth:`on_frame`) or a batch — a JSON list of frames (records.split_batch), whose
+        elements are the stream's next steps in list order, each validated and counted like a frame
+        of its own. A list over the bounds is one rejected, private step (fail closed). Returns
+        the records decided."""
+        return self.on_messages([data], now)
+
+    def on_messages(self, messages: list[bytes], now: float) -> list[Any]:
+        """:meth:`on_message` for raw messages of the stream received together, in order: their
+        steps are taken one by one and decided together (:meth:`_on_batch`)."""
+        steps: list[bytes | Element | Rejection] = []
+        for data in messages:
+            batch = split_batch(data)
+            if batch is None or isinstance(batch, Rejection):
+                steps.append(data if batch is None else batch)
+            else:
+                steps += batch
+        if len(steps) == 1:
+            return self.on_frame(steps[0], now)[0]
+        return self._on_batch(steps, now)
+
+    def _on_batch(self, steps: list[bytes | Element | Rejection], now: float) -> list[Any]:
+        """Several steps in order, each one frame (a mechanism may decide them together)."""
+        out: list[Any] = []
+        for step in steps:
+            out += self.on_frame(step, now)[0]
+        return out
+
     @abc.abstractmethod
-    def on_frame(self, data: bytes | Rejection, now: float) -> tuple[list[Any], Rejection | None]:
-        """Validate and privatize one raw frame; returns the records decided and the rejection."""
+    def on_frame(self, data: bytes | Element | Rejection, now: float) -> tuple[list[Any], Rejection | None]:
+        """Validate and privatize one raw frame (or one element of a batch); returns the records
+        decided and the rejection."""
 
     @abc.abstractmethod
     def on_command(self, data: bytes) -> Rejection | None:

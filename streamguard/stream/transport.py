@@ -137,6 +137,11 @@ class Transport(Protocol):
         """Incoming messages of this connection; raises :class:`TransportError` once it is lost."""
         ...
 
+    def message_groups(self) -> AsyncIterator[list[Message]]:
+        """Like :meth:`messages`, in groups: one awaited message and those already received after
+        it, acknowledged together once handled."""
+        ...
+
     @property
     def held(self) -> int:
         """Incoming messages received and not yet handled."""
@@ -157,6 +162,9 @@ MAX_PACKET_BYTES = 2**20 + 4096
 #: back-pressure); reading resumes at half of each.
 INCOMING_LIMIT = 64
 INCOMING_BYTES = 2**20
+#: A group of received messages handled together (message_groups) stops growing at this many
+#: payload bytes.
+GROUP_BYTES = 64 * 1024
 #: MQTT 5 Session Expiry Interval of a persistent session (seconds the broker keeps it, and the
 #: QoS 1 messages queued for it, after a disconnect).
 SESSION_EXPIRY = 7 * 24 * 3600
@@ -211,6 +219,7 @@ class MqttTransport:
         self._reader: asyncio.Task[None] | None = None
         self._lost: asyncio.Future[None] | None = None
         self._incoming: asyncio.Queue[Message] = asyncio.Queue(maxsize=1)
+        self._handling = 0  # messages of the group being handled (message_groups)
         #: Connections made; reconnects on which the broker had lost our persistent session (since
         #: this transport was created).
         self.connections = 0
@@ -347,7 +356,11 @@ class MqttTransport:
     @property
     def held(self) -> int:
         """Incoming messages received and not yet handled (unacknowledged: a persistent session
-        gets the QoS 1 ones again)."""
+        gets the QoS 1 ones again), the group being handled included."""
+        return self._queued() + self._handling
+
+    def _queued(self) -> int:
+        """Incoming messages received and not yet taken (our queue and aiomqtt's)."""
         client = self._client
         return self._incoming.qsize() + (0 if client is None else len(client.messages))
 
@@ -405,6 +418,14 @@ class MqttTransport:
         arrived before on a clean session, at once on a persistent one (the broker redelivers what
         was not acknowledged; only a message being handled as the connection drops can come twice,
         and a frame with ``ts`` is then recognised as the same step)."""
+        async for group in self.message_groups(1):
+            yield group[0]
+
+    async def message_groups(self, limit: int = INCOMING_LIMIT) -> AsyncIterator[list[Message]]:
+        """:meth:`messages` in groups of at most ``limit``: the next message (awaited) and those
+        already received after it, in arrival order, each acknowledged when the next group is asked
+        for — so a busy intake handles what queued up together (issue 15), an idle one message by
+        message."""
         while True:
             if self._persistent and self._lost is not None and self._lost.done():
                 # what was received but not handled was not acknowledged: the broker sends it again
@@ -412,13 +433,28 @@ class MqttTransport:
                 raise TransportError("message iteration stopped: connection lost")
             if self._incoming.empty():
                 try:
-                    m = await self._unless_lost(lambda _: self._incoming.get())
+                    group = [await self._unless_lost(lambda _: self._incoming.get())]
                 except aiomqtt.MqttError as exc:
                     raise TransportError(f"message iteration stopped: {exc}") from exc
             else:
-                m = self._incoming.get_nowait()
-            yield m
-            self._ack(m)
+                group = [self._incoming.get_nowait()]
+            size = len(group[0].payload)
+            # (our one-message queue, or aiomqtt's behind it; a group adds at most GROUP_BYTES to
+            # what the input holds in memory)
+            while len(group) < limit and size < GROUP_BYTES and self._queued():
+                if self._incoming.empty():
+                    await asyncio.sleep(0)  # the reader task moves the next received message over
+                    if self._incoming.empty() or (self._persistent and self._lost is not None and self._lost.done()):
+                        break
+                group.append(self._incoming.get_nowait())
+                size += len(group[-1].payload)
+            self._handling = len(group)
+            try:
+                yield group
+            finally:
+                self._handling = 0
+            for m in group:
+                self._ack(m)
 
 
 class _ReaderGate:
