@@ -61,7 +61,35 @@ if _chosen is not None:
     if "numba" in sys.modules:  # imported before us: numba read its config already
         sys.modules["numba"].config.CACHE_DIR = _chosen
 
-import numba  # noqa: E402  (must follow the cache-dir decision)
+
+def _import_numba() -> Any:
+    """``import numba`` (and its array-math registry), without letting them import scipy.
+
+    scipy serves the designers only (LPs, special functions); the daemon's kernels use no BLAS.
+    Yet ``numba/__init__.py`` imports scipy to check its version (the project requires ≥ 1.11),
+    and ``numba.np.arraymath``, loaded with the CPU target on the first kernel call, imports
+    ``scipy.linalg.cython_blas`` to set ``_HAVE_BLAS`` — about 0.8 s and 26 MB on the project's
+    machine (bench_gateway). While both are imported here, ``sys.modules["scipy"] = None`` makes
+    ``import scipy`` fail; the entry is removed right after, so a later ``import scipy`` works.
+    The only effect in numba: ``np.correlate``/``np.convolve`` in a kernel use numba's plain loop
+    for their inner product instead of BLAS. ``np.dot``, ``@`` and ``np.linalg`` still work: they
+    import ``scipy.linalg`` themselves when such a kernel is compiled.
+    """
+    if "scipy" in sys.modules:  # already imported (a designer ran first): nothing to save
+        import numba
+
+        return numba
+    sys.modules["scipy"] = None  # type: ignore[assignment]
+    try:
+        import numba
+        import numba.np.arraymath  # noqa: F401  (see above: _HAVE_BLAS without scipy)
+    finally:
+        if "scipy" in sys.modules and sys.modules["scipy"] is None:
+            del sys.modules["scipy"]
+    return numba
+
+
+numba = _import_numba()  # (must follow the cache-dir decision)
 
 JIT_ENABLED: bool = not numba.config.DISABLE_JIT
 

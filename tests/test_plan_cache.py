@@ -97,3 +97,69 @@ def test_an_unwritable_cache_only_warns(tmp_path, caplog):
         plan = cached_plan_stream(CHAIN, 1.0, design="optimal", cache=cache)
     assert plan.leakage().total <= 1.0
     assert any("cannot be written" in r.getMessage() for r in caplog.records)
+
+
+def test_a_shared_cache_plans_identical_streams_once(tmp_path, monkeypatch):
+    """share=True (the daemon's start): streams of one model get one plan object, designed once,
+    read-only, and its exact leakage computed once; another model gets its own plan."""
+    import streamguard.redaction.plan_cache as pc
+
+    designed: list[float] = []
+    leakages: list[object] = []
+    real_plan, real_leak = pc.plan_stream, pc.StreamPlan.leakage
+
+    def counting_plan(chain, eps, **kw):
+        designed.append(eps)
+        return real_plan(chain, eps, **kw)
+
+    def counting_leak(plan):
+        leakages.append(plan)
+        return real_leak(plan)
+
+    monkeypatch.setattr(pc, "plan_stream", counting_plan)
+    cache = PlanCache(tmp_path / "plans.json", share=True)
+    plans = [cached_plan_stream(CHAIN, 1.0, design="optimal", cache=cache) for _ in range(50)]
+    assert designed == [1.0] and all(p is plans[0] for p in plans)
+    for side in (plans[0].left, plans[0].right):
+        assert not side.red.flags.writeable and not side.regions.flags.writeable
+        with pytest.raises(ValueError):
+            side.red[0, 0] = 0.0
+    _same(plans[0], plan_stream(CHAIN, 1.0, design="optimal"))
+    monkeypatch.setattr(pc.StreamPlan, "leakage", counting_leak)
+    figures = [cache.leakage(p) for p in plans]
+    assert len(leakages) == 1 and all(f == figures[0] for f in figures)
+    assert figures[0] == real_leak(plan_stream(CHAIN, 1.0, design="optimal"))
+    other = cached_plan_stream(MarkovChain.binary(0.1, 0.3), 1.0, design="optimal", cache=cache)
+    assert other is not plans[0] and designed == [1.0, 1.0]
+    # a second start (a new instance) reads the file, checks the entry exactly, designs nothing
+    again = cached_plan_stream(CHAIN, 1.0, design="optimal", cache=PlanCache(cache.path, share=True))
+    assert designed == [1.0, 1.0] and again is not plans[0]
+    _same(again, plans[0])
+
+
+async def test_a_daemon_start_shares_one_plan_per_model(tmp_path):
+    """A daemon with 30 streams of two models (no broker needed: only its start-up restore)
+    builds two plans, each shared by the streams of its model."""
+    from streamguard.config import Settings
+    from streamguard.ledger.store import Ledger
+    from streamguard.stream.daemon import Daemon
+    from streamguard.stream.outbox import AsyncOutbox, Outbox
+
+    streams = [{"name": f"s{i}", "labels": ["a", "b"], "epsilon": 1.0, "source": "mqtt",
+                "model": {"alpha": 0.05, "beta": 0.2} if i % 3 else {"alpha": 0.1, "beta": 0.3}}
+               for i in range(30)]
+    settings = Settings(device="gw", topic_base="t", broker={"host": "127.0.0.1", "port": 1},
+                        outbox={"path": tmp_path / "outbox.sqlite"}, streams=streams)
+    daemon = Daemon(settings)
+    async with await AsyncOutbox.open(Outbox.from_config, settings.outbox) as box:
+        daemon._ledger = await box.run(lambda _b: Ledger.open(settings.ledger_path()))
+        try:
+            await daemon._restore(box)
+        finally:
+            await box.run(lambda _b: daemon._ledger.close())
+    plans = {id(rt.plan) for rt in daemon.runtimes.values()}
+    assert len(daemon.runtimes) == 30 and len(plans) == 2
+    by_model = {i % 3 != 0: daemon.runtimes[f"s{i}"].plan for i in range(30)}
+    for i in range(30):
+        assert daemon.runtimes[f"s{i}"].plan is by_model[i % 3 != 0]
+        assert daemon.runtimes[f"s{i}"].plan_leakage == by_model[i % 3 != 0].leakage()

@@ -32,7 +32,6 @@ import math
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import gammaln
 
 #: The Dirichlet mixing weight of every entry (Jeffreys / Krichevsky–Trofimov).
 MIX = 0.5
@@ -40,6 +39,8 @@ _BISECT = 200
 
 
 def _log_beta(a: NDArray[np.float64]) -> float:
+    from scipy.special import gammaln  # (calibration only: the daemon's import path stays free of scipy)
+
     return float(np.sum(gammaln(a)) - gammaln(np.sum(a)))
 
 

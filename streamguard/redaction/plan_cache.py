@@ -117,10 +117,44 @@ def _plan_from(doc: dict[str, Any], chain: MarkovChain, epsilon: float, design: 
 
 
 class PlanCache:
-    """Stream plans in one private JSON file (see module docstring)."""
+    """Stream plans in one private JSON file (see module docstring).
 
-    def __init__(self, path: Path) -> None:
+    With ``share=True`` (the daemon: one instance per start) a plan this instance designed or
+    checked is also kept in memory and returned as the same object to every stream with the same
+    key, so 1,000 streams of one model are planned — or read and checked exactly — once, not
+    1,000 times; the shared plan's arrays are made read-only (the privatizer never writes them:
+    it copies the rows it changes). Without it every lookup reads and checks the file again.
+    """
+
+    def __init__(self, path: Path, *, share: bool = False) -> None:
         self.path = Path(path)
+        self._shared: dict[str, StreamPlan] | None = {} if share else None
+        self._leakages: dict[int, tuple[StreamPlan, Any]] = {}
+
+    def shared(self, key: str) -> StreamPlan | None:
+        """The plan this instance already returned for ``key`` (``share=True`` only)."""
+        return None if self._shared is None else self._shared.get(key)
+
+    def leakage(self, plan: StreamPlan | Any) -> Any:
+        """``plan.leakage()`` (exact, notes/000 §9.2), computed once for a shared plan."""
+        if self._shared is None or not any(p is plan for p in self._shared.values()):
+            return plan.leakage()
+        known = self._leakages.get(id(plan))
+        if known is None or known[0] is not plan:
+            known = self._leakages[id(plan)] = (plan, plan.leakage())
+        return known[1]
+
+    def share(self, key: str, plan: StreamPlan) -> StreamPlan:
+        """Keep ``plan`` for later lookups of ``key`` (``share=True``), read-only; returns it."""
+        if self._shared is not None:
+            for side in (plan.left, plan.right):
+                for arr in (side.influences, side.regions, side.red):
+                    arr.setflags(write=False)
+            if len(self._shared) >= MAX_ENTRIES:
+                gone = self._shared.pop(next(iter(self._shared)))
+                self._leakages.pop(id(gone), None)
+            self._shared[key] = plan
+        return plan
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -182,9 +216,9 @@ def cached_plan_stream(
     say = progress or log.info
     key = plan_key(chain, eps, design, split, threshold)
     if cache is not None:
-        hit = cache.get(key, chain, eps, design)
+        hit = cache.shared(key) or cache.get(key, chain, eps, design)
         if hit is not None:
-            return hit
+            return cache.share(key, hit)
     if design == "exact":
         say(f"designing the exact plan (ε={eps:g}, split {split}); it is cached for later starts"
             if cache is not None else f"designing the exact plan (ε={eps:g}, split {split})")
@@ -196,5 +230,5 @@ def cached_plan_stream(
     doc = _plan_doc(plan)
     if cache is not None and _plan_from(doc, chain, eps, design) is not None:
         cache.put(key, doc)  # only what a later start would accept
-    return plan
+    return plan if cache is None else cache.share(key, plan)
 

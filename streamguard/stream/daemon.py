@@ -85,6 +85,12 @@ KEEP_DECISIONS = 4096
 STORE_GROUP = 256
 STORE_QUEUE_LIMIT = 4096
 STATUS_INTERVAL = 2.0
+#: SUBSCRIBE requests of the input connection in flight at once (stream/transport.py).
+SUBSCRIBE_WINDOW = 32
+#: Privacy statuses the periodic refresh computes per second at most: with many streams the
+#: period grows to streams / STATUS_RATE seconds (1,000 streams: 10 s), so the statuses cost a
+#: bounded share of the loop (bench_gateway); marks and aggregates refresh their stream at once.
+STATUS_RATE = 100.0
 TICK_INTERVAL = 0.2
 #: Windows, marks and channel ranges listed in the published odometer (its figures cover all).
 ODOMETER_LIMIT = 20
@@ -108,6 +114,7 @@ FrameSource = Callable[[], AsyncIterator[tuple[str, bytes]]]
 class DaemonStats:
     started: float = field(default_factory=time.time)
     frames: int = 0
+    commands: int = 0
     stored: int = 0
     outbox_full_waits: int = 0
     #: Attempts to store that met a full disk, and since when it is full (None: it is not).
@@ -141,6 +148,7 @@ class Daemon:
         self._inputs_ready = asyncio.Event()
         self._discovery: Discovery | None = None  # Home Assistant discovery (stream/hass.py)
         self._status_dirty = asyncio.Event()
+        self._status_urgent: set[str] = set()  # streams whose status must be refreshed at once
         # Store queue (decision order) drained by one writer task in groups.
         self._queue: deque[_StoreEntry] = deque()
         self._queued = asyncio.Event()
@@ -159,10 +167,15 @@ class Daemon:
     async def _restore(self, box: AsyncOutbox) -> None:
         """Build each stream's runtime, continuing positions and history after a restart."""
         s = self.settings
+        plans = PlanCache(beside(s.outbox.path), share=True)  # streams of one model share a plan
+        # One CSPRNG for every stream (and their aggregates): a keystream source buffers a block
+        # (up to 1 MiB) of its own, which made ~1 MB per stream; a shared source hands each word
+        # out once (sampling.py), so the streams' draws stay independent. Seeded (test) mode keeps
+        # one deterministic stream per configured stream.
+        shared = bit_source(None) if s.deterministic_seed is None else None
+        stored = await box.run(lambda b: [self._stored_state(b, cfg.name) for cfg in s.streams])
         for i, cfg in enumerate(s.streams):
-            decided = await box.run(Outbox.recent_decisions, cfg.name)
-            first_seq = await box.run(Outbox.next_position, cfg.name)
-            marks = await box.run(Outbox.marks, cfg.name)
+            decided, first_seq, marks, charged, newest, drift = stored[i]
             decided_upto = max(decided) + 1 if decided else 0
             # Positions continue past every one the ledger has charged (no window is charged
             # twice) and past an open mark whose own record was still pending at the crash: that
@@ -171,7 +184,6 @@ class Daemon:
             # stream it is recorded as fully redacted, so that open marks are restored like any
             # other (the rest of their right window redacted, their leakage evaluated over every
             # restart gap, the skipped records counted as withheld — not as released).
-            charged = await box.run(lambda _b, name=cfg.name: self._charged_upto(name))
             lost = [m["state"]["phys"] + 1 for m in marks.values()
                     if m.get("open") and m["state"]["phys"] >= decided_upto]
             first_phys = max([decided_upto, charged, *lost])
@@ -183,19 +195,25 @@ class Daemon:
             restarted = bool(decided)
             open_marks = [Mark.from_state(m["state"], cfg.state_map().k) for m in marks.values()
                           if m.get("open") and m["state"]["phys"] < first_phys]
+            source = shared if shared is not None else bit_source(s.deterministic_seed, i)
+            noise = shared if shared is not None else bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i)
             self.runtimes[cfg.name] = make_runtime(
-                s, cfg, bit_source(s.deterministic_seed, i),
-                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted,
-                              await box.run(Outbox.newest_step, cfg.name),
-                              await box.run(lambda _b, name=cfg.name: self._drift_of(name))),
-                aggregate_source=bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i),
-                plan_cache=PlanCache(beside(s.outbox.path)))
+                s, cfg, source,
+                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted, newest, drift),
+                aggregate_source=noise, plan_cache=plans)
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "
                             "against anyone who knows the seed", cfg.name)
             if restarted:
                 log.info("stream %s: resuming at seq %d after a restart (%d open marks kept)",
                          cfg.name, first_seq, len(open_marks))
+
+    def _stored_state(self, box: Outbox, stream: str) -> tuple[Any, ...]:
+        """What a restart of ``stream`` continues from (outbox thread; every stream's is read in one
+        visit, not six per stream): its recent decisions, next seq, marks, the ledger's charged
+        end, the newest step's time and its latest drift event."""
+        return (box.recent_decisions(stream), box.next_position(stream), box.marks(stream),
+                self._charged_upto(stream), box.newest_step(stream), self._drift_of(stream))
 
     def _drift_of(self, stream: str) -> DriftEvent | None:
         """The stream's latest drift event in the ledger (outbox thread)."""
@@ -241,6 +259,7 @@ class Daemon:
         rt = self.runtimes.get(stream)
         if rt is None:
             return
+        self.stats.commands += 1
         rt.on_command(data)
         await self._store(rt, [])
 
@@ -285,7 +304,7 @@ class Daemon:
             while self._queue:
                 group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
                 self._room.set()
-                report = any(e.marks or e.aggregates for e in group)  # (persisting empties aggregates)
+                report = {e.stream for e in group if e.marks or e.aggregates}  # (persisting empties aggregates)
                 while True:
                     try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
                         rows = await self._box.run(self._persist, group, self._closing)
@@ -310,6 +329,7 @@ class Daemon:
                         sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
                         sys.stdout.flush()
                 if report:
+                    self._status_urgent |= report
                     self._status_dirty.set()
             self._idle.set()
 
@@ -375,31 +395,61 @@ class Daemon:
             routes[rt.command_topic()] = (rt.name, True)
             if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 routes[rt.raw_topic()] = (rt.name, False)
-        for topic in routes:
-            await t.subscribe(topic)
-        self._inputs_ready.set()
+        # Messages are handled while the subscriptions are made: a persistent session gets what
+        # was queued for it (and what it left unacknowledged) right after connecting, and an
+        # intake that waited for every SUBACK first stopped reading the socket once its queue was
+        # full (transport.py, Bounds) — the SUBACKs behind those messages never came, and with
+        # 1,000 streams a restart never got past subscribing.
+        consuming = asyncio.create_task(self._consume_inputs(t, routes), name="input-consume")
+        subscribing = asyncio.create_task(self._subscribe_inputs(t, list(routes)), name="input-subscribe")
         try:
-            async for group in t.message_groups():  # what queued up while the last group was handled
-                frames: list[bytes] = []  # consecutive raw frames of one stream, taken together
-                name = ""
-                for msg in group:
-                    route = routes.get(msg.topic)
-                    if route is None:
-                        continue
-                    if frames and (route[1] or route[0] != name):  # (commands keep their place)
-                        await self.handle_frame(name, frames)
-                        frames = []
-                    name, is_command = route
-                    if is_command:
-                        await self.handle_command(name, msg.payload)
-                    else:
-                        frames.append(msg.payload)
-                if frames:
-                    await self.handle_frame(name, frames)
+            await asyncio.wait([consuming, subscribing], return_when=asyncio.FIRST_EXCEPTION)
+            if subscribing.done():
+                subscribing.result()  # (its failure ends the session: reconnecting() retries)
+            await consuming
         finally:
+            for task in (subscribing, consuming):
+                task.cancel()
+            await asyncio.gather(subscribing, consuming, return_exceptions=True)
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
                             "them again to the next session", held)
+
+    async def _subscribe_inputs(self, t: Transport, topics: list[str]) -> None:
+        """Subscribe every input topic, up to ``SUBSCRIBE_WINDOW`` SUBSCRIBEs in flight (1,000
+        streams: 2,000 topics in a few round trips' time), then say the inputs are ready."""
+        window = asyncio.Semaphore(SUBSCRIBE_WINDOW)
+
+        async def one(topic: str) -> None:
+            async with window:
+                await t.subscribe(topic)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for topic in topics:
+                    group.create_task(one(topic))
+        except* TransportError as failed:  # the first one stands for all: the session is lost
+            raise failed.exceptions[0] from None
+        self._inputs_ready.set()
+
+    async def _consume_inputs(self, t: Transport, routes: dict[str, tuple[str, bool]]) -> None:
+        async for group in t.message_groups():  # what queued up while the last group was handled
+            frames: list[bytes] = []  # consecutive raw frames of one stream, taken together
+            name = ""
+            for msg in group:
+                route = routes.get(msg.topic)
+                if route is None:
+                    continue
+                if frames and (route[1] or route[0] != name):  # (commands keep their place)
+                    await self.handle_frame(name, frames)
+                    frames = []
+                name, is_command = route
+                if is_command:
+                    await self.handle_command(name, msg.payload)
+                else:
+                    frames.append(msg.payload)
+            if frames:
+                await self.handle_frame(name, frames)
 
     async def _ingest_message(self, msg: Message) -> None:
         """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
@@ -445,29 +495,71 @@ class Daemon:
         await self._status_loop(t)
 
     async def _status_loop(self, t: Transport) -> None:
+        """Keep each stream's retained privacy status fresh on this connection: every stream's at
+        once when it comes up, then a periodic round every ``max(STATUS_INTERVAL, streams /
+        STATUS_RATE)`` seconds, and at once the statuses of the streams whose marks or aggregates
+        were just stored. A round reads every due stream's outbox and ledger figures in one visit
+        to the outbox thread, and publishes only the statuses that differ from what this
+        connection last published (the broker retains those); a periodic round while nothing at
+        all happened on the device (:meth:`_activity`) computes nothing."""
+        loop = asyncio.get_running_loop()
+        sent: dict[str, bytes] = {}
+        due = loop.time()  # the first round: every stream
+        seen: tuple[Any, ...] | None = None
         while True:
             # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that arrives as
             # the event is set, and this loop would outlive the shutdown that cancelled it
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STATUS_INTERVAL):
+                async with asyncio.timeout(max(0.0, due - loop.time())):
                     await self._status_dirty.wait()
             self._status_dirty.clear()
-            for rt in self.runtimes.values():
-                await t.publish(rt.privacy_topic(), await self._privacy_payload(rt), retain=True)
+            urgent, self._status_urgent = self._status_urgent, set()
+            if loop.time() >= due:
+                due = loop.time() + max(STATUS_INTERVAL, len(self.runtimes) / STATUS_RATE)
+                activity = self._activity()
+                names = list(self.runtimes) if activity != seen or activity is None else sorted(urgent)
+                seen = activity
+            else:
+                names = sorted(urgent)
+            rts = [self.runtimes[n] for n in names if n in self.runtimes]
+            for rt, payload in zip(rts, await self._privacy_payloads(rts)):
+                if sent.get(rt.name) != payload:
+                    await t.publish(rt.privacy_topic(), payload, retain=True)
+                    sent[rt.name] = payload
 
-    async def _privacy_payload(self, rt: StreamRuntime) -> bytes:
-        """The stream's privacy status plus the device's delivery counters (shared outbox)."""
+    def _activity(self) -> tuple[Any, ...] | None:
+        """Counters that move whenever anything a privacy status reports may have changed (a frame,
+        a command, a stored or published record, a drop, a reconnect, a refusal); None (always
+        refresh) with ingest streams, whose input status has its own clock."""
+        if self.ingest.streams:
+            return None
+        pub, s = self._publisher, self.stats
+        return (s.frames, s.commands, s.stored, s.outbox_full_waits, s.disk_full_waits, s.ledger_refusals,
+                None if pub is None else (pub.stats.records, pub.stats.messages, pub.stats.reconnects),
+                None if self._input is None else self._input.sessions_lost)
+
+    async def _privacy_payloads(self, rts: list[StreamRuntime]) -> list[bytes]:
+        """Each stream's privacy status plus the device's delivery counters (shared outbox), with
+        one visit to the outbox thread for all of them."""
+        if not rts:
+            return []
+        assert self._box is not None and self._ledger is not None
+        ledger, device = self._ledger, self.settings.device
+        buffered, dropped, figures = await self._box.run(  # one thread hop
+            lambda b: (len(b), b.dropped, [(b.count(rt.name), b.dropped_by_stream[rt.name],
+                                            odometer(ledger, device, rt.name, limit=ODOMETER_LIMIT)) for rt in rts]))
+        return [self._payload(rt, buffered, dropped, *f) for rt, f in zip(rts, figures)]
+
+    def _payload(self, rt: StreamRuntime, buffered: int, dropped: int, mine: int, mine_dropped: int,
+                 ledger: Any) -> bytes:
         status = rt.privacy_status()
         ingest = self.ingest.status(rt.name)
         if ingest is not None:
             status["ingest"] = ingest
         if rt.aggregates is not None:
             status["aggregates"] = rt.aggregates.status()
-        assert self._box is not None and self._publisher is not None and self._ledger is not None
-        ledger, device = self._ledger, self.settings.device
-        buffered, dropped, mine, mine_dropped, status["ledger"] = await self._box.run(  # one thread hop
-            lambda b: (len(b), b.dropped, b.count(rt.name), b.dropped_by_stream[rt.name],
-                       odometer(ledger, device, rt.name, limit=ODOMETER_LIMIT)))
+        status["ledger"] = ledger
+        assert self._publisher is not None
         stats = self._publisher.stats
         # counters are since this process started (``since``); "buffered" is the outbox right now
         status["counters_since"] = self.stats.started
@@ -652,8 +744,9 @@ class Daemon:
         try:
             async with self._control as t:
                 await t.publish(self.settings.topic("status"), self._status_payload("offline"), retain=True)
-                for rt in self.runtimes.values():
-                    await t.publish(rt.privacy_topic(), await self._privacy_payload(rt), retain=True)
+                rts = list(self.runtimes.values())
+                for rt, payload in zip(rts, await self._privacy_payloads(rts)):
+                    await t.publish(rt.privacy_topic(), payload, retain=True)
         except TransportError as exc:
             log.warning("could not publish the offline status: %s", exc)
 

@@ -170,18 +170,37 @@ def _leakage_json(v: Leakage | None) -> dict[str, Any] | None:
 UNBOUNDED = Leakage(math.inf, math.inf, math.inf)
 
 
+#: Powers P^n of each chain, shared by every stream of that chain (up to MAX_GAP + 2 matrices a
+#: chain: a mark after a restart of a sticky chain needs ~2,000; 1,000 streams no longer keep
+#: 1,000 copies), for the _POWER_CHAINS chains used last.
+_POWERS: OrderedDict[bytes, list[NDArray[np.float64]]] = OrderedDict()
+_POWER_CHAINS = 16
+
+
 class _ChainPowers:
-    """A chain marks are evaluated under: its matrix, and its powers for restart gaps (kept)."""
+    """A chain marks are evaluated under: its matrix, and its powers for restart gaps (kept, and
+    shared between the streams of one chain; read-only)."""
 
     def __init__(self, chain: MarkovChain) -> None:
         self.chain = chain
         self.P = chain.matrix
-        self._powers: list[NDArray[np.float64]] = [np.eye(chain.k)]
+        key = f"{chain.k}:".encode() + np.ascontiguousarray(chain.matrix, dtype=np.float64).tobytes()
+        powers = _POWERS.pop(key, None)
+        if powers is None:
+            eye = np.eye(chain.k)
+            eye.setflags(write=False)
+            powers = [eye]
+        _POWERS[key] = powers  # (most recent last)
+        while len(_POWERS) > _POWER_CHAINS:
+            _POWERS.popitem(last=False)
+        self._powers = powers
 
     def power(self, n: int) -> NDArray[np.float64]:
         """P^n for the restart gaps (n ≤ max_gap + 1), computed once and kept."""
         while len(self._powers) <= n:
-            self._powers.append(self._powers[-1] @ self.P)
+            nxt = self._powers[-1] @ self.P
+            nxt.setflags(write=False)
+            self._powers.append(nxt)
         return self._powers[n]
 
     def gap_kernel(self, G: int | None) -> NDArray[np.float64]:

@@ -73,7 +73,7 @@ class RedactionRuntime(StreamRuntime):
                                      members=self._members(),
                                      box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
                                      else None)
-        self.plan_leakage = self.plan.leakage()
+        self.plan_leakage = self.plan.leakage() if plan_cache is None else plan_cache.leakage(self.plan)
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
         #: The id of the model (set) the drift alarm concerns (ledger drift events name it).
