@@ -30,6 +30,7 @@ from .config_paths import relative_to, resolve_paths
 from .ingest.spec import IngestConfig, RecordConfig
 from .loopback import is_loopback
 from .model.modelset import ModelSet
+from .sampling import MAX_STATES
 from .stream.records import SensitiveField, StateMap
 
 
@@ -375,7 +376,7 @@ class StreamConfig(_Strict):
     #: Record the steps the privatizer sees (for calibration; ingest streams).
     record: RecordConfig | None = None
     #: The drift guard (streamguard.model.drift): None = on for a model set (file or calibration),
-    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate over the stream's life.
+    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate per run of the daemon.
     drift_guard: bool | None = None
     drift_false_alarm: float = Field(1e-3, gt=0, lt=1)
 
@@ -387,6 +388,8 @@ class StreamConfig(_Strict):
             smap = self.state_map()
         except ValueError as exc:
             raise ValueError(str(exc)) from None
+        if smap.k > MAX_STATES:
+            raise ValueError(f"{smap.k} labels/bins: at most {MAX_STATES} states are supported")
         try:
             ms = self.model.model_set(smap, self.sample_period)
             chain = self.model.chain(smap, self.sample_period) if ms is None else None

@@ -48,6 +48,8 @@ _SCALE = float(2**63)
 #: Records per fused step of :func:`apply_redaction`: 2 B of keystream, 1–8 B of row index and 1 B
 #: each of state and output a record, ≤ 0.75 MiB in all, so one step stays in a core's L2 cache.
 CHUNK = 1 << 16
+#: States travel as int8 beside REDACTED = −1: states 0..127 fit, so at most 128 of them.
+MAX_STATES = 128
 
 
 class BitSource(Protocol):
@@ -316,7 +318,7 @@ def apply_redaction(
     each after the last chunk. Every word is drawn once and decides one record.
 
     Raises ValueError (naming the count, never a value) when a state is outside 0..k−1 or a row
-    does not exist; nothing is returned then.
+    does not exist, or when k > :data:`MAX_STATES`; nothing is returned then.
     """
     raw = np.asarray(states)
     idx = np.asarray(index)
@@ -329,6 +331,8 @@ def apply_redaction(
     if thr.ndim != 2 or thr.shape[1] == 0:
         raise ValueError("thresholds must be a (rows, states) array with at least one state")
     k = thr.shape[1]
+    if k > MAX_STATES:  # states travel as int8 (REDACTED = −1): a state ≥ 128 would wrap negative
+        raise ValueError(f"thresholds for {k} states: at most {MAX_STATES} are supported; refusing to privatize")
     if raw.dtype != np.int8:
         # Range check on the caller's array, before the narrowing cast could wrap a value into range
         # (int8 input is checked inside the kernel, chunk by chunk, while the chunk is in cache).

@@ -71,6 +71,19 @@ def test_only_records_released_unchanged_at_consecutive_steps_are_read():
     assert g.counts.tolist() == [[0, 1], [0, 0]]
 
 
+def test_k_state_releases_are_read_too():
+    """A k-state record released unchanged has the all-zero row (0, 0, 0): the guard reads it (it
+    compared rows with the binary (0, 0), so a k-state guard never counted and could never fire)."""
+    chain = MarkovChain(np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]))
+    g = DriftGuard(ModelSet("finite", 3, members=(chain,)), 0.01, check_every=1)
+    g.released(0, 2, (0.0, 0.0, 0.0))
+    g.released(1, 0, (0.0, 0.0, 0.0))  # counted: 2 → 0
+    g.released(2, 0, (0.0, 0.5, 0.0))  # near a mark: not read
+    assert g.counts.tolist() == [[0, 0, 0], [0, 0, 0], [1, 0, 0]]
+    alarms = [g.released(t, t % 3, (0.0, 0.0, 0.0)) for t in range(3, 3003)]  # 0 → 1 → 2 → 0 …: far outside
+    assert any(alarms) and g.alarm
+
+
 def test_the_daemon_fails_closed_on_drift(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     model = tmp_path / "MODEL.json"
     from_calibration(CAL, 0.99, ("off", "on")).write(model)

@@ -1,7 +1,7 @@
 """The drift guard: a sequential test that the live chain has left the model set (issue 11;
 docs/model-sets.md §6).
 
-**What it reads.** Only records released *unchanged with probability 1* (redaction row (0, 0):
+**What it reads.** Only records released *unchanged with probability 1* (an all-zero redaction row:
 far from every mark), as they are published: transitions between two such records at consecutive
 steps. Everything it uses is already public, so its decision — and the fail-closed reaction — is a
 post-processing of the released stream: it costs no privacy budget and needs no ledger charge.
@@ -13,8 +13,9 @@ member P of the model set" each row's set contains P[i, ·] at *every* time with
 
     some row's live set is disjoint from the model set's possible values of that row
 
-fires with probability ≤ δ over the *whole life* of the stream (union bound over rows), however
-often it is checked. Disjointness is checked on each entry's interval (the live set's projection vs
+fires with probability ≤ δ over the *whole life* of one guard (union bound over rows), however
+often it is checked. A guard lives for one run of the daemon (its counts are not persisted, only a
+raised alarm is): over R runs under the same set the false-alarm rate is at most R·δ. Disjointness is checked on each entry's interval (the live set's projection vs
 the model set's range of that entry: a box's α, β ranges, a finite set's members exactly, a row-wise
 region's entry bounds) — conservative: it can only make alarms rarer.
 
@@ -35,7 +36,7 @@ from numpy.typing import NDArray
 from .confidence import excludes_range, in_row_set, row_threshold
 from .modelset import ModelSet
 
-#: The default false-alarm rate over a stream's whole life.
+#: The default false-alarm rate over one guard's life (one run of the daemon).
 FALSE_ALARM = 1e-3
 #: Re-test after this many new observed transitions (any schedule keeps the rate valid).
 CHECK_EVERY = 16
@@ -81,10 +82,10 @@ class DriftGuard:
     def transitions(self) -> int:
         return int(self.counts.sum())
 
-    def released(self, phys: int, state: int | None, row: tuple[float, float]) -> bool:
+    def released(self, phys: int, state: int | None, row: tuple[float, ...]) -> bool:
         """One decided record (physical index, released state or None, row used). Only records
-        released with row (0, 0) are read. Returns True when this record made the alarm fire."""
-        if state is None or row != (0.0, 0.0):
+        released with an all-zero row are read. Returns True when this record made the alarm fire."""
+        if state is None or any(row):
             self._prev = None
             return False
         prev, self._prev = self._prev, (phys, state)
@@ -127,4 +128,4 @@ class DriftGuard:
         """The guard's part of the privacy status."""
         return {"drift": self.alarm, "false_alarm_rate": self.false_alarm, "observed_transitions": self.transitions,
                 "fired_at_transitions": self.fired_at, "fired_row": self.fired_row, "restored": self.restored,
-                "reads": "only records released unchanged (row (0, 0)): post-processing, no budget"}
+                "reads": "only records released unchanged (an all-zero row): post-processing, no budget"}

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,7 @@ from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, Wi
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
-from ..sampling import BitSource, apply_redaction, thresholds
+from ..sampling import REDACTED, BitSource, apply_redaction, thresholds
 
 MARK_SOURCES = ("flag", "command", "schedule")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
@@ -250,6 +251,10 @@ class StreamPrivatizer:
     #: A binary box ((α_lo, α_hi), (β_lo, β_hi)) of chains: every mark's figure is then certified over
     #: the whole box (streamguard.model.box_window), not evaluated under finitely many chains.
     box: tuple[tuple[float, float], tuple[float, float]] | None = None
+    #: Called for each decided record with a seq, in order, as (phys, released state or None, row)
+    #: — the drift guard. It may call :meth:`fail_closed`; the records of the same decision that
+    #: follow are then settled as if decided after it (:meth:`_decide`).
+    observer: Callable[[int, int | None, tuple[float, ...]], None] | None = None
 
     def __post_init__(self) -> None:
         if self.delay is None:
@@ -670,19 +675,44 @@ class StreamPrivatizer:
                 rows[i] = 1.0
         states = np.array([p.state for p in batch], dtype=np.int8)
         out = apply_redaction(states, thresholds(rows), np.arange(count), self.source).tolist()
+        rows_l = rows.tolist()
         releases = []
-        for p, row, y in zip(batch, rows.tolist(), out):
-            r = tuple(row)
+        for i, p in enumerate(batch):
+            r, y = tuple(rows_l[i]), out[i]
             self._rows[p.phys] = r
             self.last_decisions.append((p.phys, *r))
-            if p.seq is not None:
-                releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else y, r))
+            if p.seq is None:
+                continue
+            releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else y, r))
+            if self.observer is not None and self.closed_reason is None:
+                self.observer(p.phys, releases[-1].state, r)
+                if self.closed_reason is not None and i + 1 < count:
+                    self._settle_closed(batch, i + 1, rows_l, out)
         while len(self._rows) > self._keep:
             self._rows.popitem(last=False)
         while self._phys_of_seq and len(self._phys_of_seq) > self._keep:
             self._phys_of_seq.popitem(last=False)
         self._finish_marks()
         return releases
+
+    def _settle_closed(self, batch: list[_Pending], start: int, rows: list[list[float]], out: list[int]) -> None:
+        """The observer failed closed while the records batch[start:] were already drawn (one
+        kernel call decides a group): settle them as a decision after :meth:`fail_closed` would.
+        Closing sets every mark's rows to 1, so each new row is 0 or 1 entry-wise and ≥ the row
+        drawn with: the new outcome is ⊥ where the new row's entry for the record's state is 1,
+        else the drawn outcome (then both rows give 0: released either way). No new randomness is
+        used, and nothing of these records was stored or published yet."""
+        lo = batch[start].phys
+        fresh = self._rows_of(lo, len(batch) - start).tolist()
+        for j in range(start, len(batch)):
+            p, new = batch[j], fresh[j - start]
+            if p.seq is None:
+                new = [1.0] * self.k
+            if new[p.state] >= 1.0:
+                out[j] = REDACTED
+            elif new[p.state] != rows[j][p.state]:  # not reachable (rows are 0 or 1): fail closed
+                new, out[j] = [1.0] * self.k, REDACTED
+            rows[j] = new
 
     def _finish_marks(self) -> None:
         decided_upto = self._pending[0].phys if self._pending else self.next_phys

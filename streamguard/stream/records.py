@@ -215,7 +215,7 @@ def parse_frame(
     """Validate one raw frame (see :func:`_parse`).
 
     ``now`` is the daemon's clock: a ``ts`` more than :data:`MAX_CLOCK_AHEAD` ahead of it is
-    refused, and a frame without ``ts`` is stamped with it. ``now=None`` is batch mode (historical
+    refused, and a frame without ``ts`` is stamped with it (:func:`_stamp`). ``now=None`` is batch mode (historical
     data, no clock): any ``ts`` is accepted in order, and a frame without one keeps ``ts`` None (a
     step of unknown time; it never holds back the frames after it).
 
@@ -349,6 +349,15 @@ def _parse(
     return _check(obj, states, now=now, last_ts=last_ts, sensitive=sensitive)
 
 
+def _stamp(now: float | None, last_ts: float | None) -> float | None:
+    """The time of a frame without ``ts``: the daemon's clock, or just after the previous record's
+    ``ts`` when the clock is not past it — frames handled together (a JSON list, messages grouped
+    while the daemon was busy) share one clock reading, and each is still a step of its own."""
+    if now is None or last_ts is None or now > last_ts:
+        return now
+    return math.nextafter(last_ts, math.inf)
+
+
 def _check(
     obj: Any, states: StateMap, *, now: float | None, last_ts: float | None, sensitive: SensitiveField | None,
 ) -> RawRecord | Rejection:
@@ -360,7 +369,7 @@ def _check(
     state = states.state_of(obj["value"])
     if isinstance(state, Rejection):
         return state
-    ts = _finite_float(obj["ts"]) if "ts" in obj else now
+    ts = _finite_float(obj["ts"]) if "ts" in obj else _stamp(now, last_ts)
     if ts is None and "ts" in obj:
         return Rejection("bad-ts", "field 'ts' must be a finite number of seconds")
     if ts is not None and now is not None and ts > now + MAX_CLOCK_AHEAD:

@@ -82,6 +82,8 @@ class RedactionRuntime(StreamRuntime):
         self.drift = DriftGuard(guarded, cfg.drift_false_alarm) if guard_on else None
         if resume.drift is not None and resume.drift.raised:
             self._restore_drift(resume.drift, guarded)
+        if self.drift is not None:  # it reads each decision as it is made, inside a group too
+            self.core.observer = self._watch_drift
         self.steps = StepTracker(cfg.sample_period, max_missing=self.core.memory,
                                  floor=resume.newest_ts)
         #: Open marks already logged as not honoured (each mark is logged once; see mark_records).
@@ -206,9 +208,14 @@ class RedactionRuntime(StreamRuntime):
                 self.counters.redacted += 1
             else:
                 self.counters.released += 1
-            if self.drift is not None and self.drift.released(r.phys, r.state, r.row):
-                self._on_drift()
         return releases
+
+    def _watch_drift(self, phys: int, state: int | None, row: tuple[float, ...]) -> None:
+        """The core's observer: the drift guard reads each decision in order; when it fires, the
+        core fails closed before the next record of the same decision (privatizer._settle_closed)."""
+        assert self.drift is not None
+        if self.drift.released(phys, state, row):
+            self._on_drift()
 
     def _on_drift(self) -> None:
         """The guard fired: fail closed (marks' windows fully redacted, aggregates stop), one WARNING,
