@@ -410,8 +410,9 @@ class StreamConfig(_Strict):
                 chain = ms.point if ms.point is not None else ms.members[0]
                 ms = None  # the shared checks below (k, initial law, aggregates)
         if ms is not None:
-            if ms.k != 2:
-                raise ValueError("3R redaction needs a binary stream (two labels or two bins)")
+            if ms.k != 2 and ms.kind == "finite":
+                raise ValueError("model: a k-state model set for 3R redaction must be a row-wise region "
+                                 "(streamguard calibrate)")
             if self.epsilon is None:
                 raise ValueError("epsilon: a redaction stream needs its budget per private position")
             if self.model.initial is not None and len(self.model.initial) != ms.k:

@@ -97,7 +97,7 @@ def test_config_refuses_what_a_model_set_cannot_back(tmp_path):
     box = tmp_path / "B.json"
     modelset.ModelSet("box", 2, box=((0.1, 0.2), (0.2, 0.3))).write(box)
     base = 'device = "d"\n[broker]\nhost = "127.0.0.1"\n[[streams]]\nname = "s"\nepsilon = 1.0\n'
-    cases = [(f'labels = ["a", "b", "c"]\n[streams.model]\nfile = "{fin}"\n', "binary"),
+    cases = [(f'labels = ["a", "b", "c"]\n[streams.model]\nfile = "{fin}"\n', "row-wise region"),
              ('labels = ["a", "b"]\naggregates = [{query = "histogram", window = 10, epsilon = 1.0}]\n'
               f'[streams.model]\nfile = "{box}"\n', "max-influence"),
              ('labels = ["a", "b"]\nmechanism = "channel"\n[streams.channel]\nkind = "rr"\nepsilon = 1.0\nprior = [0.5, 0.5]\n'

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..audit.start import start_effect
-from ..model.robust import robust_stream_plan
+from ..model.krobust import robust_plan_for
 from ..redaction.kplan import stream_plan_for
 from .common import EXIT_CONFIG, stream_plan
 
@@ -81,9 +81,26 @@ def max_hold_warning(cfg: Any, delay: int) -> str | None:
             "arrive, and a mark on one of those then comes late for it (raise max_hold)")
 
 
+def _model_set_line(ms: Any, wc: Any) -> str:
+    """The region and the plan's certified worst case over it, with the attaining member."""
+    head = f"  model set ({ms.kind}, confidence {_num(ms.confidence)}): "
+    if ms.is_binary:
+        (a0, a1), (b0, b1) = ms.alpha_range(), ms.beta_range()
+        region = f"α ∈ [{_num(a0, 6)}, {_num(a1, 6)}], β ∈ [{_num(b0, 6)}, {_num(b1, 6)}]"
+        member = f"α={_num(wc.member[0], 6)}, β={_num(wc.member[1], 6)}"
+    else:
+        b = ms.bounds
+        region = "P[i][j] ∈ " + "; ".join(
+            f"row {i}: " + ", ".join(f"[{_num(b[i, j, 0], 4)}, {_num(b[i, j, 1], 4)}]" for j in range(ms.k))
+            for i in range(ms.k))
+        member = "P with rows " + " ".join("(" + ", ".join(_num(v, 4) for v in row) + ")" for row in wc.matrix)
+    return (f"{head}{region}; the plan's worst case over it ≤ {_num(wc.bound, 6)} nats (certified; attained "
+            f"{_num(wc.attained, 6)} at {member}); the figures below are under that member")
+
+
 def _check_redaction_stream(cfg: Any) -> list[str]:
     ms = cfg.model_set()
-    robust = None if ms is None else robust_stream_plan(ms, cfg.epsilon, design=cfg.design, split=cfg.split)
+    robust = None if ms is None else robust_plan_for(ms, cfg.epsilon, design=cfg.design, split=cfg.split)
     chain = cfg.chain()
     if robust is not None:
         sp = robust.evaluation_plan()
@@ -97,12 +114,7 @@ def _check_redaction_stream(cfg: Any) -> list[str]:
           f"ε_r={_num(sp.right.budget, 6)}")
     print(_model_line(cfg))
     if robust is not None:
-        (a0, a1), (b0, b1) = robust.model_set.alpha_range(), robust.model_set.beta_range()
-        wc = robust.worst
-        print(f"  model set ({robust.model_set.kind}, confidence {_num(robust.model_set.confidence)}): "
-              f"α ∈ [{_num(a0, 6)}, {_num(a1, 6)}], β ∈ [{_num(b0, 6)}, {_num(b1, 6)}]; the plan's worst case "
-              f"over it ≤ {_num(wc.bound, 6)} nats (attained at α={_num(wc.member[0], 6)}, "
-              f"β={_num(wc.member[1], 6)}); the figures below are under that member")
+        print(_model_set_line(robust.model_set, robust.worst))
     print("  redaction (Pr(⊥|x) for each state x) by t − p: " + fold_rows(sp.offsets(), sp.table()))
     delay = sp.left_horizon if cfg.delay is None else cfg.delay
     print(f"  horizons left {sp.left_horizon} / right {sp.right_horizon}; release delay {delay} records"

@@ -12,16 +12,20 @@ import numpy as np
 
 from ..channel import ChannelSequence
 from ..model import modelset
+from ..model.krobust import region, robust_kstream_plan, worst_over_rows
 from ..model.robust import chain_windows, robust_redaction_plan, robust_stream_plan, worst_leakage
 from .common import CliError
+
+K_AUDIT_NOTE = ("k-state region: the records beyond each end of the table count as released (stationary "
+                "stand-ins), which can only over-state a finite chain's leakage")
 
 
 def _load(args: argparse.Namespace) -> modelset.ModelSet:
     if args.alpha is not None or args.beta is not None or args.initial is not None:
         raise CliError("--model replaces --alpha/--beta/--initial (members are stationary chains)")
     ms = modelset.load(Path(args.model))
-    if not ms.is_binary:
-        raise CliError("--model: robust 3R plans and audits need a binary model set")
+    if not ms.is_binary and ms.kind == "finite":
+        raise CliError("--model: a k-state model set must be a row-wise region (calibrate), not a finite set")
     return ms
 
 
@@ -32,8 +36,14 @@ def _printed_json(args: argparse.Namespace, doc: dict[str, Any]) -> bool:
     return bool(args.json)
 
 
+def _member_text(wc: Any) -> str:
+    if wc.member is not None:
+        return f"α={wc.member[0]:.6g}, β={wc.member[1]:.6g}"
+    return "" if wc.matrix is None else "P=" + json.dumps(np.round(wc.matrix, 6).tolist())
+
+
 def _wc_line(wc: Any, epsilon: float) -> str:
-    who = "" if wc.member is None else f", attained {wc.attained:.9f} at α={wc.member[0]:.6g}, β={wc.member[1]:.6g}"
+    who = f", attained {wc.attained:.9f} at {_member_text(wc)}" if _member_text(wc) else ""
     cert = "exact over the finite set" if wc.boxes == 0 else f"certified over {wc.boxes} sub-box(es)"
     return f"worst-case leakage over the model set ≤ {wc.bound:.9f} nats ({cert}{who}); ε = {epsilon:g}"
 
@@ -43,6 +53,8 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     ms = _load(args)
     if args.baseline != "none" or args.brute or args.plot:
         raise CliError("--model plans 3R only (no --baseline, --brute or --plot)")
+    if not ms.is_binary:
+        return _kplan_model(args, ms)
     if args.stream:
         if args.n is not None or args.private:
             raise CliError("--stream plans by distance to any private position: no --n or --private")
@@ -85,24 +97,63 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kplan_model(args: argparse.Namespace, ms: modelset.ModelSet) -> int:
+    """``plan --model`` for a k-state row-wise set: the robust stream table (docs/model-sets.md §4)."""
+    if not args.stream:
+        raise CliError("--model with a k-state set plans streams only (--stream)")
+    if args.n is not None or args.private:
+        raise CliError("--stream plans by distance to any private position: no --n or --private")
+    if args.design not in ("optimal", "exact"):
+        raise CliError("--model with a k-state set uses the exact k-state design (--design exact)")
+    if args.threshold is not None:
+        raise CliError("--threshold applies to binary chains only")
+    weights = None if args.weights is None else json.loads(args.weights)
+    rp = robust_kstream_plan(ms, args.epsilon, split=args.split, weights=weights)
+    doc = {"stream": True, "epsilon": args.epsilon, "design": "exact", **rp.as_dict(),
+           "split": [rp.plan.left.budget, rp.plan.right.budget],
+           "offsets": rp.plan.offsets().tolist(), "redaction": rp.plan.table().tolist()}
+    if _printed_json(args, doc):
+        return 0
+    print(f"robust k-state 3R stream plan over the model set ({ms.kind}, {ms.k} states), ε={args.epsilon:g} nats")
+    print(_wc_line(rp.worst, args.epsilon))
+    print(f"designed on P={json.dumps(np.round(rp.design_member, 6).tolist())} with budget {rp.design_budget:.6g}; "
+          f"horizons left {rp.plan.left.horizon} / right {rp.plan.right.horizon}")
+    print(f"expected redactions per mark (under the point estimate): {rp.expected_redacted:.4f}")
+    if rp.point_plan is not None and rp.point_worst is not None:
+        print(f"the point estimate's own plan: {rp.point_expected_redacted:.4f} redactions per mark, but its "
+              f"worst case over the set is ≤ {rp.point_worst.bound:.6g} nats (attained {rp.point_worst.attained:.6g})"
+              f"{' > ε' if rp.point_worst.attained > args.epsilon else ''}; robustness costs "
+              f"{rp.utility_cost():.4f} redactions per mark")
+    return 0
+
+
 def audit_model(args: argparse.Namespace, seq: ChannelSequence, doc: dict[str, Any], private: list[int]) -> int:
     """``audit --model``: the worst case over the set of a redaction table about each private record."""
     ms = _load(args)
     if "redaction" not in doc:
         raise CliError("--model audits redaction tables ('redaction' in the file) only")
     red = np.asarray(doc["redaction"], dtype=np.float64)
+    if red.ndim != 2 or red.shape[1] != ms.k:
+        raise CliError(f"--model: the redaction rows need {ms.k} probabilities each (the set's states)")
     results = {}
     for p1 in private:
         if not isinstance(p1, int) or not 1 <= p1 <= seq.n:
             raise CliError(f"private position {p1} is outside 1..{seq.n}")
         if red[p1 - 1].min() < 1.0:
             raise CliError(f"private position {p1} is not always redacted: its leakage is unbounded")
-        results[str(p1)] = worst_leakage(ms, chain_windows(red, [p1 - 1])).as_dict()
-    if _printed_json(args, {"n": seq.n, "model_set": ms.describe(), "worst_case": results}):
+        wins = chain_windows(red, [p1 - 1])
+        wc = (worst_leakage(ms, wins) if ms.is_binary
+              else worst_over_rows(region(ms), wins))
+        results[str(p1)] = wc
+    doc_out = {"n": seq.n, "model_set": ms.describe(), "worst_case": {p: wc.as_dict() for p, wc in results.items()}}
+    if not ms.is_binary:
+        doc_out["note"] = K_AUDIT_NOTE
+    if _printed_json(args, doc_out):
         return 0
     print(f"worst case over the model set ({ms.kind}) of {seq.n} redaction rows:")
+    if not ms.is_binary:
+        print(f"  ({K_AUDIT_NOTE})")
     for p1, wc in results.items():
-        m = wc["member"]
-        at = "" if m is None else " at α={:.6g}, β={:.6g}".format(m["alpha"], m["beta"])
-        print(f"  private {p1}: ≤ {wc['bound']:.9f} nats (attained {wc['attained']:.9f}{at}; {wc['method']})")
+        at = f" at {_member_text(wc)}" if _member_text(wc) else ""
+        print(f"  private {p1}: ≤ {wc.bound:.9f} nats (attained {wc.attained:.9f}{at}; {wc.method})")
     return 0

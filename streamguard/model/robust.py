@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +44,8 @@ from .modelset import ModelSet
 
 Window = tuple[NDArray[np.float64], NDArray[np.float64]]
 Box = tuple[tuple[float, float], tuple[float, float]]
+R = TypeVar("R")  # a region of a branch-and-bound
+M = TypeVar("M")  # a member of a region
 
 #: Default relative gap between the certified bound and the best member when no target is given.
 REL_TOL = 1e-3
@@ -61,10 +63,15 @@ class WorstCase:
     member: tuple[float, float] | None  # (α, β) of the best member found (binary sets)
     boxes: int  # sub-boxes in the certificate's partition (0 for a finite set: exact)
     method: str
+    matrix: NDArray[np.float64] | None = None  # transition matrix of the best member (k-state sets)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"bound": self.bound, "attained": self.attained,
-                "member": None if self.member is None else {"alpha": self.member[0], "beta": self.member[1]},
+        member: dict[str, Any] | None = None
+        if self.member is not None:
+            member = {"alpha": self.member[0], "beta": self.member[1]}
+        elif self.matrix is not None:
+            member = {"matrix": self.matrix.tolist()}
+        return {"bound": self.bound, "attained": self.attained, "member": member,
                 "boxes": self.boxes, "method": self.method}
 
 
@@ -95,37 +102,57 @@ def _centre(box: Box) -> tuple[float, float]:
     return a, b
 
 
-def worst_over_box(box: Box, windows: Sequence[Window], *, target: float | None = None,
-                   rel_tol: float = REL_TOL, max_boxes: int = MAX_BOXES) -> WorstCase:
-    """Certified worst-case leakage of ``windows`` over the binary box (module docstring)."""
-    (a0, a1), (b0, b1) = box
+def branch_and_bound(root: R, upper: Callable[[R], float], lower: Callable[[R], tuple[float, M] | None],
+                     split: Callable[[R], tuple[R, ...]], seeds: Sequence[tuple[float, M]], *,
+                     target: float | None, rel_tol: float, max_boxes: int) -> tuple[float, float, M | None, int]:
+    """Best-first branch-and-bound for the worst case over a region (module docstring):
+    ``upper(region)`` a certified upper bound, ``lower(region)`` the exact value of one member of
+    it (None: no member evaluated), ``split`` a partition into sub-regions, ``seeds`` exact values
+    of members known beforehand. Returns (bound, attained, member, regions examined); ``bound`` is
+    the largest upper bound over a partition of ``root`` (never below ``attained``)."""
     best, member = -math.inf, None
-    for a, b in [(a0, b0), (a0, b1), (a1, b0), (a1, b1), _centre(box)]:
-        if 0 < a < 1 and 0 < b < 1:
-            v = _member_leakage(a, b, windows)
-            if v > best:
-                best, member = v, (a, b)
-    heap = [(-_windows_bound(corner_kernels(*box), windows), 0, box)]
+    for v, m in seeds:
+        if v > best:
+            best, member = v, m
+    got = lower(root)
+    if got is not None and got[0] > best:
+        best, member = got
+    heap: list[tuple[float, int, R]] = [(-upper(root), 0, root)]
     count, uid = 1, 1
     while heap:
-        upper = -heap[0][0]
-        if target is not None and (upper <= target or best > target):
-            break
-        if upper <= best + rel_tol * max(abs(best), 1e-12) or count >= max_boxes or not math.isfinite(upper) and count > 64:
+        top = -heap[0][0]
+        if target is not None and (top <= target or best > target or not math.isfinite(top)):
+            break  # certified, refuted, or uncertifiable (an infinite bound stays infinite on the sub-region
+            # that holds its zero entries, so the partition's maximum never becomes finite)
+        if top <= best + rel_tol * max(abs(best), 1e-12) or count >= max_boxes or not math.isfinite(top) and count > 64:
             break
         _, _, cur = heapq.heappop(heap)
-        for child in _split(cur):
-            ub = min(upper, _windows_bound(corner_kernels(*child), windows))
-            a, b = _centre(child)
-            if 0 < a < 1 and 0 < b < 1:
-                v = _member_leakage(a, b, windows)
-                if v > best:
-                    best, member = v, (a, b)
+        for child in split(cur):
+            ub = min(top, upper(child))
+            got = lower(child)
+            if got is not None and got[0] > best:
+                best, member = got
             heapq.heappush(heap, (-ub, uid, child))
             uid += 1
             count += 1
     bound = -heap[0][0] if heap else best
-    return WorstCase(max(bound, best), best, member, count, "branch-and-bound over the box (interval bound)")
+    return max(bound, best), best, member, count
+
+
+def worst_over_box(box: Box, windows: Sequence[Window], *, target: float | None = None,
+                   rel_tol: float = REL_TOL, max_boxes: int = MAX_BOXES) -> WorstCase:
+    """Certified worst-case leakage of ``windows`` over the binary box (module docstring)."""
+    def lower(b: Box) -> tuple[float, tuple[float, float]] | None:
+        a, c = _centre(b)
+        return (_member_leakage(a, c, windows), (a, c)) if 0 < a < 1 and 0 < c < 1 else None
+
+    (a0, a1), (b0, b1) = box
+    seeds = [(_member_leakage(a, b, windows), (a, b)) for a, b in [(a0, b0), (a0, b1), (a1, b0), (a1, b1)]
+             if 0 < a < 1 and 0 < b < 1]
+    bound, best, member, count = branch_and_bound(
+        box, lambda b: _windows_bound(corner_kernels(*b), windows), lower, _split, seeds,
+        target=target, rel_tol=rel_tol, max_boxes=max_boxes)
+    return WorstCase(bound, best, member, count, "branch-and-bound over the box (interval bound)")
 
 
 def worst_leakage(model_set: ModelSet, windows: Sequence[Window], *, target: float | None = None,
@@ -133,7 +160,7 @@ def worst_leakage(model_set: ModelSet, windows: Sequence[Window], *, target: flo
     """The worst case over a binary model set of the leakage of ``windows`` (each a private
     record's left and right rows outward, Y_p = ⊥): exact for a finite set, certified for a box."""
     if not model_set.is_binary:
-        raise ModelError("robust 3R planning over a k-state model set is not implemented (binary sets only)")
+        raise ModelError("worst_leakage: binary model sets (k-state row-wise sets: streamguard.model.krobust)")
     if model_set.kind == "finite":
         vals = [(_member_leakage(m.alpha, m.beta, windows), (m.alpha, m.beta)) for m in model_set.members]
         v, member = max(vals, key=lambda t: t[0])
@@ -229,9 +256,13 @@ def _stream_cost(plan: StreamPlan, law: NDArray[np.float64]) -> float:
     return _redactions(plan.table(), law) - 1.0  # p itself is always redacted
 
 
-def _largest_certified(build: Any, worst: Any, epsilon: float) -> tuple[Any, float, WorstCase] | None:
-    """The plan ``build(ε')`` for the largest ε' ≤ ε (ε' = ε, else bisection) whose certified
-    worst case ``worst(plan)`` is ≤ ε; None if none of the budgets tried certifies."""
+def _largest_certified(build: Any, worst: Any, epsilon: float, *, steps: int = _BISECT_DESIGN,
+                       floor_first: bool = False) -> tuple[Any, float, WorstCase] | None:
+    """The plan ``build(ε')`` for the largest ε' ≤ ε (ε' = ε, else ``steps`` bisection steps) whose
+    certified worst case ``worst(plan)`` is ≤ ε; None if none of the budgets tried certifies.
+    ``floor_first``: after ε fails, try the smallest budget of the search (ε·2^−steps) next and
+    give up when it fails too (saves the bisection when designs are costly; it can only miss a
+    plan, never accept an uncertified one)."""
     def attempt(e: float) -> tuple[Any, WorstCase] | None:
         try:
             plan = build(e)
@@ -244,7 +275,13 @@ def _largest_certified(build: Any, worst: Any, epsilon: float) -> tuple[Any, flo
     if got is not None:
         return got[0], epsilon, got[1]
     lo, hi, found = 0.0, epsilon, None
-    for _ in range(_BISECT_DESIGN):
+    if floor_first:
+        floor = epsilon * 2.0**-steps
+        got = attempt(floor)
+        if got is None:
+            return None
+        lo, found = floor, (got[0], floor, got[1])
+    for _ in range(steps):
         mid = 0.5 * (lo + hi)
         got = attempt(mid)
         if got is None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..chain import MarkovChain
 from ..config import Settings, StreamConfig
 from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import StreamPlan
@@ -19,6 +20,7 @@ from ..sampling import BitSource
 from ..ledger.events import DriftEvent, RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
+from ..model.krobust import RobustKStreamPlan, robust_kstream_plan
 from ..model.robust import RobustStreamPlan
 from ..model.robust_cache import cached_robust_stream_plan
 from ..quilt.release import AggregateRelease
@@ -47,9 +49,12 @@ class RedactionRuntime(StreamRuntime):
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
         #: The model set the plan is robust over (None: the single configured chain).
         self.model_set = cfg.model_set()
-        self.robust: RobustStreamPlan | None = None
+        self.robust: RobustStreamPlan | RobustKStreamPlan | None = None
         self.plan: StreamPlan | KStreamPlan
-        if self.model_set is not None:  # cached by the set's content, re-certified on every start
+        if self.model_set is not None and not self.model_set.is_binary:  # a k-state row-wise set (not cached)
+            self.robust = robust_kstream_plan(self.model_set, cfg.epsilon, split=cfg.split)
+            self.plan = self.robust.evaluation_plan()
+        elif self.model_set is not None:  # cached by the set's content, re-certified on every start
             self.robust = cached_robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split,
                                                     cache=plan_cache)
             self.plan = self.robust.evaluation_plan()
@@ -65,8 +70,7 @@ class RedactionRuntime(StreamRuntime):
                                      decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                      restarted=resume.restarted,
                                      initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
-                                     members=() if self.model_set is None or self.model_set.kind == "box"
-                                     else tuple(self.model_set.members),
+                                     members=self._members(),
                                      box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
                                      else None)
         self.plan_leakage = self.plan.leakage() if plan_cache is None else plan_cache.leakage(self.plan)
@@ -95,6 +99,17 @@ class RedactionRuntime(StreamRuntime):
         #: each state's published value, the mode.
         self._parts = (f'{{"device":{dump(settings.device)},"stream":{dump(self.name)},"seq":',
                        [dump(self.states.label_of(i)) for i in range(self.states.k)], dump(self._mode()))
+
+    def _members(self) -> tuple[MarkovChain, ...]:
+        """Further chains the privatizer evaluates every mark under: a finite set's members, a k-state
+        region's point estimate and stickiest member (finitely many, not a certificate:
+        docs/model-sets.md §5); none for a binary box (its figures are certified over the whole box)
+        or a single chain."""
+        if self.model_set is None or self.model_set.kind == "box":
+            return ()
+        if isinstance(self.robust, RobustKStreamPlan):
+            return tuple(self.robust.evaluation_members())
+        return tuple(self.model_set.members)
 
     # -- input --------------------------------------------------------------------------------
     def _on_batch(self, steps: list[bytes | Element | Rejection], now: float) -> list[Release]:
