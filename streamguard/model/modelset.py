@@ -66,6 +66,8 @@ class ModelSet:
                     raise ModelError(f"model set: {name} range must satisfy 0 ≤ lo ≤ hi ≤ 1")
         if self.kind == "rows" and (self.counts is None or len(self.thresholds) != self.k):
             raise ModelError("model set: a row-wise region needs counts and one threshold per row")
+        if self.kind == "rows" and self.k == 2:  # the daemon certifies binary regions as boxes only
+            raise ModelError("model set: a binary region is a box of (alpha, beta) ranges, not kind 'rows'")
 
     # -- what the planners need --------------------------------------------------------------
     @property
