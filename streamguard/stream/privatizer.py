@@ -212,6 +212,17 @@ class _ChainPowers:
         return self.power(G + 1)
 
 
+@dataclass(frozen=True)
+class _LeftSpan:
+    """A mark's left window as evaluated for one restart gap (StreamPrivatizer._left_span)."""
+
+    rows: NDArray[np.float64]  # outward from p (cut at the boundary when the sensor restarted too)
+    reaches: bool  # it reaches the first record (0, or the boundary after a sensor restart)
+    steps: int  # kernel steps: one per row, and one more to the released stand-in beyond
+    gap_step: int | None  # the 1-based step that crosses a restart gap, if within the window
+    distance: int  # the stand-in's distance from the latest possible start (when not reaching)
+
+
 @dataclass
 class _Pending:
     phys: int
@@ -516,31 +527,38 @@ class StreamPrivatizer:
                 kern[j] = c.gap_kernel(G)
         return right_pairs(kern, cut)
 
-    def _left_pairs(self, rows: NDArray[np.float64], p: int, G: int | None, c: _ChainPowers) -> NDArray[np.float64]:
-        """L[a, b] for the left ``rows`` (distances 1..m, m ≤ p), worst case over the laws the
-        first record can have (any, unless the stream declares it) — audit/start.py. Without a
-        restart the first record is physical index 0. Across a restart boundary b: for a gap of G
-        unseen readings the step into b uses P^{G+1}; for G = None the sensor restarted too, so b
-        is a new first record and what lies before it is independent of X_p."""
-        P, b, m = c.P, self.boundary, rows.shape[0]
+    def _left_span(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> _LeftSpan:
+        """The left window of a mark at ``p`` (rows at distances 1..m, m ≤ p) as evaluated for a
+        restart gap G (an int, "tail" or None; no restart: G = 0). Without a restart the first
+        record is physical index 0. Across a restart boundary b: for G ≥ 1 (or the tail) the step
+        into b crosses the gap; for G = None the sensor restarted too, so b is a new first record,
+        what lies before it is independent of X_p, and the window is cut at b."""
+        b, m = self.boundary, rows.shape[0]
         if b is not None and G is None and p - m < b <= p:
             m = p - b
             rows = rows[:m]
         first = 0 if b is None or G is not None or p < b else b
         reaches = p - m == first
         steps = m if reaches else m + 1
-        kern = np.broadcast_to(P, (steps, self.k, self.k)).copy()
-        if b is not None and G:
-            j = p - b + 1  # the step from p−j (before b) into p−j+1 = b
-            if 1 <= j <= steps:
-                kern[j - 1] = c.power(G + 1)
-        if reaches:
+        j = p - b + 1 if b is not None and G else None  # the step from p−j (before b) into b
+        t0 = p - m - 1  # the released stand-in; its distance from the latest possible start
+        return _LeftSpan(rows, reaches, steps, j if j is not None and 1 <= j <= steps else None,
+                         t0 - b if b is not None and t0 >= b else t0)
+
+    def _left_pairs(self, rows: NDArray[np.float64], p: int, G: int | None, c: _ChainPowers) -> NDArray[np.float64]:
+        """L[a, b] for the left ``rows`` (:meth:`_left_span`), worst case over the laws the first
+        record can have (any, unless the stream declares it) — audit/start.py; a step across a
+        gap of G unseen readings uses P^{G+1}."""
+        span = self._left_span(rows, p, G)
+        kern = np.broadcast_to(c.P, (span.steps, self.k, self.k)).copy()
+        if span.gap_step is not None:
+            assert G is not None
+            kern[span.gap_step - 1] = c.power(G + 1)
+        if span.reaches:
             laws = np.eye(self.k) if self.initial is None else self.initial[None]
         else:
-            t0 = p - m - 1  # the released stand-in; its distance from the latest possible start
-            d = t0 - b if b is not None and t0 >= b else t0
-            laws = laws_at_distance(P, d, self.initial)
-        return left_pairs(kern, rows, laws, reaches_start=reaches)
+            laws = laws_at_distance(c.P, span.distance, self.initial)
+        return left_pairs(kern, span.rows, laws, reaches_start=span.reaches)
 
     def _gaps(self, lo: int, hi: int) -> list[int | None]:
         """Restart gap lengths to evaluate for a window over physical indices [lo, hi] (including
@@ -608,23 +626,13 @@ class StreamPrivatizer:
                 for G in gaps]
 
     def _box_left(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> LeftCase:
-        b, m = self.boundary, rows.shape[0]
-        if b is not None and G is None and p - m < b <= p:
-            m = p - b
-            rows = rows[:m]
-        first = 0 if b is None or G is not None or p < b else b
-        reaches = p - m == first
-        steps = m if reaches else m + 1
-        kinds = [(1, 1)] * steps
-        if b is not None and G:  # (a gap of G ≥ 1, or the tail)
-            j = p - b + 1
-            if 1 <= j <= steps:
-                kinds[j - 1] = gap_kind(None if G == "tail" else int(G))  # type: ignore[arg-type]
-        t0 = p - m - 1
-        d = t0 - b if b is not None and t0 >= b else t0
+        span = self._left_span(rows, p, G)
+        kinds = [(1, 1)] * span.steps
+        if span.gap_step is not None:  # (a gap of G ≥ 1, or the tail)
+            kinds[span.gap_step - 1] = gap_kind(None if G == "tail" else int(G))  # type: ignore[arg-type]
         init = None if self.initial is None else (float(self.initial[0]), float(self.initial[1]))
-        return LeftCase(np.ascontiguousarray(rows, dtype=np.float64), tuple(kinds), reaches,
-                        init if reaches else None, max(d, 0))
+        return LeftCase(np.ascontiguousarray(span.rows, dtype=np.float64), tuple(kinds), span.reaches,
+                        init if span.reaches else None, max(span.distance, 0))
 
     def _box_right(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> RightCase:
         cut = np.vstack([rows, np.zeros((1, self.k))])
