@@ -22,6 +22,9 @@ from numpy.typing import ArrayLike, NDArray
 
 #: Tolerance for "rows sum to one" and "the initial law sums to one".
 STOCHASTIC_TOL = 1e-9
+#: The most states a stream can have: privatized states travel as int8 beside REDACTED = −1
+#: (sampling.py), so states 0..127 fit.
+MAX_STATES = 128
 
 
 class ModelError(ValueError):

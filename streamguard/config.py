@@ -24,13 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from .budget import Epsilon
-from .chain import MarkovChain, ModelError
+from .chain import MAX_STATES, MarkovChain, ModelError
 from .config_errors import ConfigError, format_errors, unknown_env
 from .config_paths import relative_to, resolve_paths
 from .ingest.spec import IngestConfig, RecordConfig
 from .loopback import is_loopback
 from .model.modelset import ModelSet
-from .sampling import MAX_STATES
 from .stream.records import SensitiveField, StateMap
 
 

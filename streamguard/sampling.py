@@ -41,6 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._jit import kernel
+from .chain import MAX_STATES
 
 #: Output code of a redacted record in sanitized state arrays.
 REDACTED = -1
@@ -48,8 +49,6 @@ _SCALE = float(2**63)
 #: Records per fused step of :func:`apply_redaction`: 2 B of keystream, 1–8 B of row index and 1 B
 #: each of state and output a record, ≤ 0.75 MiB in all, so one step stays in a core's L2 cache.
 CHUNK = 1 << 16
-#: States travel as int8 beside REDACTED = −1: states 0..127 fit, so at most 128 of them.
-MAX_STATES = 128
 
 
 class BitSource(Protocol):
