@@ -48,18 +48,20 @@ kind :class:`ConnectRefused`) and :class:`Undelivered`. Nothing here logs a payl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import threading
 import logging
 import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections import deque
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
 import aiomqtt
+import paho.mqtt.client as paho_mqtt
 
 from paho.mqtt.client import MQTT_CLEAN_START_FIRST_ONLY
 from paho.mqtt.packettypes import PacketTypes
@@ -216,9 +218,9 @@ class MqttTransport:
         cafile = None if broker.ca_file is None else str(broker.ca_file)
         self._tls = ssl.create_default_context(cafile=cafile) if broker.tls else None
         self._client: aiomqtt.Client | None = None
-        self._reader: asyncio.Task[None] | None = None
         self._lost: asyncio.Future[None] | None = None
-        self._incoming: asyncio.Queue[Message] = asyncio.Queue(maxsize=1)
+        self._inbox = _Inbox(None)  # (each connection gets its own: _new_client)
+        self._acks: dict[int, asyncio.Future[None]] = {}  # QoS 1 publishes awaiting PUBACK, by mid
         self._handling = 0  # messages of the group being handled (message_groups)
         #: Connections made; reconnects on which the broker had lost our persistent session (since
         #: this transport was created).
@@ -242,27 +244,6 @@ class MqttTransport:
             props.MaximumPacketSize = MAX_PACKET_BYTES
             if self._persistent:
                 props.SessionExpiryInterval = SESSION_EXPIRY
-        gate: _ReaderGate | None = None  # (set once the client exists; only the client fills the queue)
-
-        class Incoming(asyncio.Queue):  # type: ignore[type-arg]
-            """aiomqtt's queue of received messages: at INCOMING_LIMIT messages or INCOMING_BYTES
-            the socket is no longer read (TCP back-pressure to the broker) until both are halved."""
-
-            size = 0  # payload bytes queued
-
-            def put_nowait(self, item: Any) -> None:
-                super().put_nowait(item)
-                self.size += len(item.payload)
-                if (self.qsize() >= INCOMING_LIMIT or self.size >= INCOMING_BYTES) and gate is not None:
-                    gate.pause()
-
-            def get_nowait(self) -> Any:
-                item = super().get_nowait()
-                self.size -= len(item.payload)
-                if self.qsize() <= INCOMING_LIMIT // 2 and self.size <= INCOMING_BYTES // 2 and gate is not None:
-                    gate.resume()
-                return item
-
         client = aiomqtt.Client(
             b.host,
             b.port,
@@ -278,17 +259,22 @@ class MqttTransport:
             timeout=self._timeout,
             tls_context=self._tls,
             max_inflight_messages=self._window,
-            queue_type=Incoming,
             socket_options=[_NODELAY],
             logger=log.getChild("paho"),
         )
-        client.pending_calls_threshold = self._window + _EXTRA_CALLS
+        client.pending_calls_threshold = _EXTRA_CALLS
         # aiomqtt registers its socket reader through ``client._loop``: the gate can stop reading.
-        gate = client._loop = _ReaderGate(client._loop, lambda: _uncancel_connected(client))  # type: ignore[assignment]
+        gate = _ReaderGate(client._loop, lambda: _uncancel_connected(client))
+        client._loop = gate  # type: ignore[assignment]
         # aiomqtt exposes its paho client as ``_client`` (its docs: for what aiomqtt does not wrap):
-        # acknowledge QoS 1 messages ourselves (back-pressure), and read CONNACK's session flag.
+        # acknowledge QoS 1 messages ourselves (back-pressure), read CONNACK's session flag, and
+        # take messages and PUBACKs from paho directly (module docstring: Speed).
         paho = client._client
         paho.manual_ack_set(True)
+        self._inbox = inbox = _Inbox(gate)
+        self._acks = acks = {}
+        paho.on_message = lambda _c, _u, m: inbox.put(Message(m.topic, m.payload, bool(m.retain), m.mid, m.qos))
+        paho.on_publish = lambda _c, _u, mid, _rc, _p: _settle(acks.pop(mid, None))
         on_connect = paho.on_connect
 
         def connected(c: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
@@ -330,22 +316,32 @@ class MqttTransport:
                         "subscriptions while it was disconnected are lost (%d time(s) so far)",
                         b.host, b.port, self.identifier, self.sessions_lost)
         self._client = client
-        self._incoming = asyncio.Queue(maxsize=1)
-        self._lost = asyncio.get_running_loop().create_future()
-        self._reader = asyncio.create_task(self._read(client, self._lost))
+        self._lost = lost = asyncio.get_running_loop().create_future()
+        inbox, acks = self._inbox, self._acks
+
+        def on_lost(_: object) -> None:
+            if not lost.done():
+                lost.set_result(None)
+            inbox.wake()
+            for fut in acks.values():
+                _settle(fut, aiomqtt.MqttError("connection lost"))
+            acks.clear()
+
+        client._disconnected.add_done_callback(on_lost)
         log.info("connected to %s:%d as %s", b.host, b.port, self.identifier)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        client, reader, lost = self._client, self._reader, self._lost
-        self._client = self._reader = None
-        if reader is not None:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+        client, lost = self._client, self._lost
+        self._client = None
         if lost is not None and not lost.done():
             lost.set_result(None)
+        self._inbox.wake()
+        for fut in self._acks.values():
+            _settle(fut, aiomqtt.MqttError("disconnected"))
+        self._acks.clear()
         if client is None:
             return
         try:
@@ -357,22 +353,7 @@ class MqttTransport:
     def held(self) -> int:
         """Incoming messages received and not yet handled (unacknowledged: a persistent session
         gets the QoS 1 ones again), the group being handled included."""
-        return self._queued() + self._handling
-
-    def _queued(self) -> int:
-        """Incoming messages received and not yet taken (our queue and aiomqtt's)."""
-        client = self._client
-        return self._incoming.qsize() + (0 if client is None else len(client.messages))
-
-    async def _read(self, client: aiomqtt.Client, lost: asyncio.Future[None]) -> None:
-        """Move incoming messages to our queue (one at a time: the bound is aiomqtt's queue); mark
-        the connection lost when iteration fails (the reconnect loop logs why)."""
-        with contextlib.suppress(aiomqtt.MqttError):
-            async for m in client.messages:
-                assert isinstance(m.payload, bytes | bytearray)
-                await self._incoming.put(Message(m.topic.value, bytes(m.payload), bool(m.retain), m.mid, m.qos))
-        if not lost.done():
-            lost.set_result(None)
+        return len(self._inbox.items) + self._handling
 
     async def _unless_lost(self, call: Callable[[aiomqtt.Client], Coroutine[Any, Any, T]]) -> T:
         """Await ``call(client)``, failing with MqttError as soon as the connection is lost."""
@@ -392,11 +373,27 @@ class MqttTransport:
 
     async def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
         """Return once the broker acknowledged (QoS 1: PUBACK); raise :class:`Undelivered` on any
-        failure, timeout or lost connection."""
+        failure, timeout or lost connection. (paho's publish and its PUBACK callback directly: one
+        future and one timer per message, no task — module docstring: Speed.)"""
+        client, lost = self._client, self._lost
+        if client is None or lost is None or lost.done():
+            raise Undelivered(f"publish to {topic} not acknowledged: not connected")
+        info = client._client.publish(topic, payload, qos, retain)
+        if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
+            raise Undelivered(f"publish to {topic} not acknowledged: {paho_mqtt.error_string(info.rc)}")
+        if qos == 0 or info.is_published():
+            return
+        loop = asyncio.get_running_loop()
+        fut = self._acks[info.mid] = loop.create_future()
+        timer = loop.call_later(self._timeout, _settle, fut, aiomqtt.MqttError("timed out"))
         try:
-            await self._unless_lost(lambda c: c.publish(topic, payload, qos=qos, retain=retain))
+            await fut
         except aiomqtt.MqttError as exc:
             raise Undelivered(f"publish to {topic} not acknowledged: {exc}") from exc
+        finally:
+            timer.cancel()
+            if self._acks.get(info.mid) is fut:
+                del self._acks[info.mid]
 
     async def subscribe(self, topic_filter: str, qos: int = 1) -> None:
         """Subscribe (awaits the SUBACK); raise :class:`TransportError` on failure."""
@@ -427,27 +424,18 @@ class MqttTransport:
         for — so a busy intake handles what queued up together (issue 15), an idle one message by
         message."""
         while True:
-            if self._persistent and self._lost is not None and self._lost.done():
+            lost, inbox = self._lost, self._inbox
+            if self._persistent and lost is not None and lost.done():
                 # what was received but not handled was not acknowledged: the broker sends it again
                 # to the session, and handling it now as well would count it twice
                 raise TransportError("message iteration stopped: connection lost")
-            if self._incoming.empty():
-                try:
-                    group = [await self._unless_lost(lambda _: self._incoming.get())]
-                except aiomqtt.MqttError as exc:
-                    raise TransportError(f"message iteration stopped: {exc}") from exc
-            else:
-                group = [self._incoming.get_nowait()]
-            size = len(group[0].payload)
-            # (our one-message queue, or aiomqtt's behind it; a group adds at most GROUP_BYTES to
-            # what the input holds in memory)
-            while len(group) < limit and size < GROUP_BYTES and self._queued():
-                if self._incoming.empty():
-                    await asyncio.sleep(0)  # the reader task moves the next received message over
-                    if self._incoming.empty() or (self._persistent and self._lost is not None and self._lost.done()):
-                        break
-                group.append(self._incoming.get_nowait())
-                size += len(group[-1].payload)
+            if not inbox.items:
+                if lost is None or lost.done():
+                    raise TransportError("message iteration stopped: "
+                                         + ("not connected" if lost is None else "connection lost"))
+                await inbox.arrival()
+                continue
+            group = inbox.take(limit)
             self._handling = len(group)
             try:
                 yield group
@@ -455,6 +443,59 @@ class MqttTransport:
                 self._handling = 0
             for m in group:
                 self._ack(m)
+
+
+class _Inbox:
+    """The messages one connection received and nobody took yet, in arrival order (paho's
+    on_message puts them here). At :data:`INCOMING_LIMIT` messages or :data:`INCOMING_BYTES` of
+    payload the gate stops reading the socket (TCP back-pressure), until both are halved."""
+
+    def __init__(self, gate: _ReaderGate | None) -> None:
+        self.items: deque[Message] = deque()
+        self.size = 0  # payload bytes held
+        self._gate = gate
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, m: Message) -> None:
+        self.items.append(m)
+        self.size += len(m.payload)
+        if (len(self.items) >= INCOMING_LIMIT or self.size >= INCOMING_BYTES) and self._gate is not None:
+            self._gate.pause()
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake whoever waits in :meth:`arrival` (a message came, or the connection is gone)."""
+        _settle(self._waiter)
+
+    async def arrival(self) -> None:
+        """Wait until :meth:`wake`."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def take(self, limit: int) -> list[Message]:
+        """The oldest message and those after it, up to ``limit`` messages; the group stops
+        growing once it holds :data:`GROUP_BYTES` of payload."""
+        group = [self.items.popleft()]
+        size = len(group[0].payload)
+        while len(group) < limit and size < GROUP_BYTES and self.items:
+            group.append(self.items.popleft())
+            size += len(group[-1].payload)
+        self.size -= size
+        if len(self.items) <= INCOMING_LIMIT // 2 and self.size <= INCOMING_BYTES // 2 and self._gate is not None:
+            self._gate.resume()
+        return group
+
+
+def _settle(fut: asyncio.Future[None] | None, error: BaseException | None = None) -> None:
+    """Resolve ``fut`` (with ``error``, if given) unless it is None or already done."""
+    if fut is not None and not fut.done():
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
 
 
 class _ReaderGate:
@@ -466,12 +507,21 @@ class _ReaderGate:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, before_io: Callable[[], None]) -> None:
         self._loop = loop
+        self._thread = threading.get_ident()  # (made on the loop's thread)
         self._before_io = before_io
         self._reader: tuple[int, Callable[..., object], tuple[Any, ...]] | None = None
         self.paused = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loop, name)
+
+    def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any) -> asyncio.Handle:
+        """aiomqtt registers every socket reader and writer through this, since paho may call it
+        from the connect thread; on the loop's own thread a plain ``call_soon`` does, without
+        waking the loop through its self-pipe (a write and a read per published message)."""
+        if threading.get_ident() == self._thread:
+            return self._loop.call_soon(callback, *args)
+        return self._loop.call_soon_threadsafe(callback, *args)
 
     def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
         def read(*a: Any) -> object:
