@@ -264,12 +264,16 @@ class MqttTransport:
         )
         client.pending_calls_threshold = _EXTRA_CALLS
         # aiomqtt registers its socket reader through ``client._loop``: the gate can stop reading.
-        gate = _ReaderGate(client._loop, lambda: _uncancel_connected(client))
-        client._loop = gate  # type: ignore[assignment]
         # aiomqtt exposes its paho client as ``_client`` (its docs: for what aiomqtt does not wrap):
-        # acknowledge QoS 1 messages ourselves (back-pressure), read CONNACK's session flag, and
-        # take messages and PUBACKs from paho directly (module docstring: Speed).
+        # acknowledge QoS 1 messages ourselves (back-pressure), read CONNACK's session flag, read
+        # the socket in chunks, and take messages and PUBACKs from paho directly (module
+        # docstring: Speed).
         paho = client._client
+        buffer = _RecvBuffer(paho._sock_recv)
+        paho._sock_recv = buffer.recv
+        gate = _ReaderGate(client._loop, lambda: _uncancel_connected(client), buffer,
+                           lambda: paho._sock is not None and paho.want_write())
+        client._loop = gate  # type: ignore[assignment]
         paho.manual_ack_set(True)
         self._inbox = inbox = _Inbox(gate)
         self._acks = acks = {}
@@ -498,17 +502,53 @@ def _settle(fut: asyncio.Future[None] | None, error: BaseException | None = None
             fut.set_exception(error)
 
 
-class _ReaderGate:
-    """The event loop as one aiomqtt client sees it: the same loop, except that the socket reader
-    the client registers can be paused (the socket is not read: the kernel's receive buffer fills
-    and TCP flow control stops the broker) and resumed. Mosquitto 2.0.11 does not keep to the
-    Receive Maximum once the first PUBACK came back (measured: 2,000 of 2,000 queued QoS 1 messages
-    sent with 32 acknowledged), so the client cannot rely on the broker's flow control alone."""
+class _RecvBuffer:
+    """paho reads a packet in two to four ``recv`` calls (the command byte, each byte of the
+    remaining length, the rest); this gives it those bytes from one ``recv`` of up to
+    :data:`_RECV_CHUNK` bytes, so a socket read parses every packet that arrived in it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, before_io: Callable[[], None]) -> None:
+    def __init__(self, recv: Callable[[int], bytes]) -> None:
+        self._recv = recv
+        self._data = b""
+        self._pos = 0
+
+    def recv(self, n: int) -> bytes:
+        if self._pos >= len(self._data):
+            self._data, self._pos = self._recv(_RECV_CHUNK), 0  # (raises BlockingIOError when nothing came)
+        chunk = self._data[self._pos:self._pos + n]
+        self._pos += len(chunk)
+        return chunk
+
+    def pending(self) -> int:
+        """Bytes received and not yet given to paho."""
+        return len(self._data) - self._pos
+
+
+#: Most bytes taken from the socket in one read.
+_RECV_CHUNK = 64 * 1024
+
+
+class _ReaderGate:
+    """The event loop as one aiomqtt client sees it: the same loop, except that
+
+    - the socket reader the client registers can be paused (the socket is not read: the kernel's
+      receive buffer fills and TCP flow control stops the broker) and resumed. Mosquitto 2.0.11
+      does not keep to the Receive Maximum once the first PUBACK came back (measured: 2,000 of
+      2,000 queued QoS 1 messages sent with 32 acknowledged), so the client cannot rely on the
+      broker's flow control alone;
+    - a read goes on while :class:`_RecvBuffer` holds bytes (every packet that arrived is parsed in
+      one callback), unless paused;
+    - a writer is run as soon as it is registered — on the next loop turn, so everything queued
+      in this one goes out together — and registered with the selector only when paho could not
+      send it all (the socket's buffer was full): no selector change and no wake-up per packet."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, before_io: Callable[[], None], buffer: _RecvBuffer,
+                 wants_write: Callable[[], bool]) -> None:
         self._loop = loop
         self._thread = threading.get_ident()  # (made on the loop's thread)
         self._before_io = before_io
+        self._buffer = buffer
+        self._wants_write = wants_write
         self._reader: tuple[int, Callable[..., object], tuple[Any, ...]] | None = None
         self.paused = False
 
@@ -524,9 +564,17 @@ class _ReaderGate:
         return self._loop.call_soon_threadsafe(callback, *args)
 
     def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
-        def read(*a: Any) -> object:
+        def read(*a: Any) -> None:
             self._before_io()
-            return callback(*a)
+            callback(*a)
+            while not self.paused and self._reader is not None and self._reader[1] is read:
+                left = self._buffer.pending()
+                if not left:
+                    break
+                self._before_io()
+                callback(*a)
+                if self._buffer.pending() >= left:  # (nothing parsed: the connection is gone)
+                    break
 
         self._reader = (fd, read, args)
         if not self.paused:
@@ -537,7 +585,9 @@ class _ReaderGate:
             self._before_io()
             return callback(*a)
 
-        self._loop.add_writer(fd, write, *args)
+        write(*args)
+        if self._wants_write():
+            self._loop.add_writer(fd, write, *args)
 
     def remove_reader(self, fd: int) -> bool:
         self._reader = None
@@ -552,6 +602,8 @@ class _ReaderGate:
         if self.paused and self._reader is not None:
             fd, callback, args = self._reader
             self._loop.add_reader(fd, callback, *args)
+            if self._buffer.pending():  # (already off the socket: it need not become readable again)
+                self._loop.call_soon(callback, *args)
         self.paused = False
 
 
