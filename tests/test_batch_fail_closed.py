@@ -102,7 +102,7 @@ def test_frame_by_frame_the_alarm_closes_every_later_decision(tmp_path: Path) ->
 
 
 def test_a_batch_fails_closed_from_the_alarm_on(tmp_path: Path) -> None:
-    """The same frames in lists of 100 (RedactionRuntime._on_batch decides DECIDE_EVERY = 32 steps in
+    """The same frames in lists of 100 (RedactionRuntime._on_batch decides DECIDE_EVERY steps in
     one kernel call): the alarm fires on one release of the call, but the call's later records were
     already drawn with the marks' open rows and are published — not fully redacted, although the
     docstring says deciding a batch together 'never' redacts less than frame by frame, and the

@@ -32,10 +32,14 @@ from .runtime import FRESH, Resume, StreamRuntime
 
 log = logging.getLogger(__name__)
 
-#: A batch is decided in chunks of at most this many elements (one kernel call each): the core
-#: keeps the rows of its last 4·(H_ℓ + H_r + 1) + delay + 64 positions, so every record one call
-#: decides, and the windows of the marks it finishes, are still in memory.
-DECIDE_EVERY = 32
+#: A batch is decided in chunks of at most this many elements (one kernel call each). The core
+#: keeps the rows (and decisions) of its last 4·span + delay + 64 positions, span = H_ℓ + H_r + 1;
+#: one call decides at most DECIDE_EVERY + delay records, and the windows of the marks it finishes
+#: reach at most span beyond them on either side: DECIDE_EVERY + delay + 2·span ≤ 4·span + delay +
+#: 64 holds for every span ≥ 0, so all of it is still in memory.
+DECIDE_EVERY = 64
+#: Redaction rows whose text :meth:`RedactionRuntime.payload` keeps.
+_ROW_TEXTS = 256
 
 
 class RedactionRuntime(StreamRuntime):
@@ -99,6 +103,9 @@ class RedactionRuntime(StreamRuntime):
         #: each state's published value, the mode.
         self._parts = (f'{{"device":{dump(settings.device)},"stream":{dump(self.name)},"seq":',
                        [dump(self.states.label_of(i)) for i in range(self.states.k)], dump(self._mode()))
+        #: The text of recent redaction rows (most records carry one of a few: all zero, or the rows
+        #: of an open mark's window).
+        self._row_text: dict[tuple[float, ...], str] = {}
 
     def _members(self) -> tuple[MarkovChain, ...]:
         """Further chains the privatizer evaluates every mark under: a finite set's members, a k-state
@@ -342,7 +349,11 @@ class RedactionRuntime(StreamRuntime):
         head, values, mode = self._parts
         ts = "null" if math.isnan(r.ts) else repr(r.ts)
         value = "null" if r.state is None else values[r.state]
-        row = ",".join(map(repr, r.row))
+        row = self._row_text.get(r.row)
+        if row is None:
+            if len(self._row_text) >= _ROW_TEXTS:
+                self._row_text.clear()
+            row = self._row_text[r.row] = ",".join(map(repr, r.row))
         return (f'{head}{r.seq},"position":{r.phys},"ts":{ts},"value":{value},'
                 f'"redacted":{"true" if r.state is None else "false"},"redaction":[{row}],"mode":{mode}}}').encode()
 
