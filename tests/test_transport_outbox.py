@@ -86,6 +86,82 @@ async def test_publish_subscribe_round_trip(mosquitto: Broker) -> None:
     assert got == Message(f"{BASE}/rt/x", b"\x00\xffbytes")
 
 
+async def test_messages_that_queued_up_come_as_one_group_in_order(mosquitto: Broker) -> None:
+    """Messages received while the consumer was busy come in one group (issue 15: a reader task
+    that moved one message at a time made every group 2 messages), in arrival order, each
+    acknowledged only when the next group is asked for; the socket is read in chunks, so the 30
+    messages are parsed from a few reads, not 60 to 90. (30: below the Receive Maximum of 32 the
+    broker keeps to until the first acknowledgement.)"""
+    cfg = mosquitto.broker_config()
+    sub, pub = make_transport(cfg, "grp"), make_transport(cfg, "grp", suffix="-pub", will=False)
+    async with sub, pub:
+        await sub.subscribe(f"{BASE}/grp/#")
+        paho = sub._client._client  # type: ignore[union-attr]
+        reads: list[int] = []
+        recv = paho._sock_recv.__self__._recv  # the chunked reader's own socket read
+
+        def counting(n: int) -> bytes:
+            reads.append(n)
+            return recv(n)
+
+        paho._sock_recv.__self__._recv = counting
+        await asyncio.gather(*(pub.publish(f"{BASE}/grp/x", str(i).encode()) for i in range(30)))
+        deadline = time.monotonic() + 5
+        while sub.held < 30 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        groups = sub.message_groups()
+        group = await asyncio.wait_for(anext(groups), 5)
+        assert [m.payload for m in group] == [str(i).encode() for i in range(30)]
+        assert sub.held == 30  # being handled: not yet acknowledged
+        assert len(reads) < 15, reads
+        await groups.aclose()
+
+
+async def test_a_writer_runs_at_once_and_registers_only_when_the_socket_is_full() -> None:
+    """The gate runs a registered writer on the spot; it goes to the selector only when paho still
+    has bytes to send (the socket's buffer was full)."""
+    from streamguard.stream.transport import _ReaderGate, _RecvBuffer
+
+    loop = asyncio.get_running_loop()
+    left = [True, False]
+    a, b = __import__("socket").socketpair()
+    try:
+        gate = _ReaderGate(loop, lambda: None, _RecvBuffer(lambda n: b""), lambda: left[0])
+        calls: list[int] = []
+        gate.add_writer(a.fileno(), lambda: calls.append(1))
+        assert calls == [1]  # ran at once
+        # paho still wants to write: registered, and run again once the socket is writable
+        await asyncio.sleep(0.05)
+        assert len(calls) > 1
+        loop.remove_writer(a.fileno())
+        left[0] = False
+        n = len(calls)
+        gate.add_writer(a.fileno(), lambda: calls.append(2))
+        await asyncio.sleep(0.05)
+        assert calls[n:] == [2]  # everything went out: never registered
+    finally:
+        loop.remove_writer(a.fileno())
+        a.close()
+        b.close()
+
+
+def test_recv_buffer_hands_out_one_read_in_pieces() -> None:
+    from streamguard.stream.transport import _RecvBuffer
+
+    chunks = [b"\x30\x05hello", b""]
+    asked: list[int] = []
+
+    def recv(n: int) -> bytes:
+        asked.append(n)
+        return chunks.pop(0)
+
+    buf = _RecvBuffer(recv)
+    assert buf.recv(1) == b"\x30" and buf.pending() == 6
+    assert buf.recv(1) == b"\x05" and buf.recv(10) == b"hello" and buf.pending() == 0
+    assert len(asked) == 1
+    assert buf.recv(1) == b""  # the connection closed: paho sees it as before
+
+
 async def test_will_is_published_retained_on_unexpected_loss(mosquitto: Broker) -> None:
     cfg = mosquitto.broker_config()
     child = subprocess.Popen([sys.executable, "-c", _WILL_CHILD, str(mosquitto.port)],

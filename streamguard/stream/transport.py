@@ -41,6 +41,14 @@ implements it on aiomqtt 2.x. Semantics:
   credentials, not authorised, a TLS certificate that does not verify, TLS on one side only) is
   permanent: retrying cannot help, so it is raised at once.
 
+- **Speed** (issue 15). aiomqtt spends a task and an ``asyncio.wait`` on every publish and every
+  received message; the daemon's hot path avoids them: paho's ``on_message`` puts messages in the
+  connection's :class:`_Inbox`, paho's ``on_publish`` resolves one future per publish, aiomqtt's
+  socket registrations run with ``call_soon`` on the loop thread (no self-pipe wake-up), paho reads
+  its packets from one 64 KiB ``recv`` (:class:`_RecvBuffer`), and a write queued in one loop turn
+  goes out on the next without registering the socket unless its buffer is full
+  (:class:`_ReaderGate`). These use paho internals: paho-mqtt is pinned in pyproject.toml.
+
 Errors form one family: :class:`TransportError`, with :class:`ConnectFailed` (and its permanent
 kind :class:`ConnectRefused`) and :class:`Undelivered`. Nothing here logs a payload.
 """
