@@ -9,7 +9,8 @@ implements it on aiomqtt 2.x. Semantics:
   unacknowledged QoS 1 messages across reconnects and replays them on CONNACK, but
   retransmission belongs to the publisher, which resends from the durable outbox.
 - **Publish.** :meth:`Transport.publish` returns only once the broker acknowledged the message
-  (PUBACK for QoS 1). Any failure, a timeout or a lost connection raises :class:`Undelivered`:
+  (PUBACK for QoS 1; under MQTT 5 a PUBACK whose reason code is a failure — not authorised, quota
+  exceeded, too large — is a refusal). Any failure, a timeout or a lost connection raises :class:`Undelivered`:
   delivery is *unknown*, so the caller keeps the record and resends it later (consumers
   de-duplicate by ``seq``). A lost connection fails pending publishes at once instead of
   letting each wait for the timeout.
@@ -56,6 +57,7 @@ kind :class:`ConnectRefused`) and :class:`Undelivered`. Nothing here logs a payl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import logging
@@ -286,7 +288,10 @@ class MqttTransport:
         self._inbox = inbox = _Inbox(gate)
         self._acks = acks = {}
         paho.on_message = lambda _c, _u, m: inbox.put(Message(m.topic, m.payload, bool(m.retain), m.mid, m.qos))
-        paho.on_publish = lambda _c, _u, mid, _rc, _p: _settle(acks.pop(mid, None))
+        # (MQTT 5: a PUBACK with a reason code >= 0x80 — not authorised, quota exceeded, too large —
+        # is the broker refusing the message: not delivered)
+        paho.on_publish = lambda _c, _u, mid, rc, _p: _settle(
+            acks.pop(mid, None), aiomqtt.MqttError(f"refused by the broker: {rc}") if rc.is_failure else None)
         on_connect = paho.on_connect
 
         def connected(c: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
@@ -466,7 +471,7 @@ class _Inbox:
         self.items: deque[Message] = deque()
         self.size = 0  # payload bytes held
         self._gate = gate
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # (one per consumer waiting in arrival())
 
     def put(self, m: Message) -> None:
         self.items.append(m)
@@ -477,15 +482,20 @@ class _Inbox:
 
     def wake(self) -> None:
         """Wake whoever waits in :meth:`arrival` (a message came, or the connection is gone)."""
-        _settle(self._waiter)
+        if self._waiters:
+            for waiter in self._waiters:
+                _settle(waiter)
+            self._waiters.clear()
 
     async def arrival(self) -> None:
         """Wait until :meth:`wake`."""
-        self._waiter = asyncio.get_running_loop().create_future()
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
         try:
-            await self._waiter
+            await waiter
         finally:
-            self._waiter = None
+            with contextlib.suppress(ValueError):  # (not there once woken)
+                self._waiters.remove(waiter)
 
     def take(self, limit: int) -> list[Message]:
         """The oldest message and those after it, up to ``limit`` messages; the group stops
@@ -519,12 +529,15 @@ class _RecvBuffer:
         self._recv = recv
         self._data = b""
         self._pos = 0
+        #: Bytes given to paho so far (a read that parsed nothing leaves it unchanged).
+        self.consumed = 0
 
     def recv(self, n: int) -> bytes:
         if self._pos >= len(self._data):
             self._data, self._pos = self._recv(_RECV_CHUNK), 0  # (raises BlockingIOError when nothing came)
         chunk = self._data[self._pos:self._pos + n]
         self._pos += len(chunk)
+        self.consumed += len(chunk)
         return chunk
 
     def pending(self) -> int:
@@ -576,12 +589,15 @@ class _ReaderGate:
             self._before_io()
             callback(*a)
             while not self.paused and self._reader is not None and self._reader[1] is read:
-                left = self._buffer.pending()
-                if not left:
+                if not self._buffer.pending():
                     break
+                consumed = self._buffer.consumed
                 self._before_io()
                 callback(*a)
-                if self._buffer.pending() >= left:  # (nothing parsed: the connection is gone)
+                # (Not "pending() >= before": a packet that crossed the end of the buffer refills it
+                # from the socket, possibly with everything the socket held — then nothing would
+                # read those bytes until some other packet arrived.)
+                if self._buffer.consumed == consumed:  # nothing parsed: the connection is gone
                     break
 
         self._reader = (fd, read, args)
