@@ -307,12 +307,13 @@ class StreamPrivatizer:
         ``defer``: decide nothing yet — the caller takes several steps (a batch) and then calls
         :meth:`decide_due` once, one kernel call for all (deciding later only lets more marks
         reach a record: never less redaction)."""
-        if not 0 <= int(state) < self.plan.chain.k:
-            raise ValueError(f"state outside 0..{self.plan.chain.k - 1}")
+        state = int(state)
+        if not 0 <= state < self.k:
+            raise ValueError(f"state outside 0..{self.k - 1}")
         seq = self.next_seq
         self.next_seq += 1
         self._phys_of_seq[seq] = self.next_phys
-        self._push(seq, int(state), float(ts), now)
+        self._push(seq, state, float(ts), now)
         if private:
             self.mark(seq, source=source)
         return seq, [] if defer else self._decide_due()

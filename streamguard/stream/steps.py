@@ -43,6 +43,10 @@ class Step:
     unusable: bool = False
 
 
+#: The verdict for a new step with no slot skipped before it (most frames).
+_NEW = Step(True)
+
+
 class StepTracker:
     """Recognises the steps of one stream (see module docstring). The owner numbers the steps and
     calls :meth:`taken` with each step's time and physical index as it pushes it."""
@@ -74,7 +78,7 @@ class StepTracker:
     def classify(self, t: float | None) -> Step:
         """The verdict for a frame at time ``t`` (None: no usable time — a new step)."""
         if t is None or not math.isfinite(t):
-            return Step(True)
+            return _NEW
         if self.floor is not None and t <= self.floor:
             return Step(False, None, duplicate=t == self.floor)
         key = self._key(t)
@@ -84,12 +88,11 @@ class StepTracker:
             return Step(False, self._by_key[key], duplicate=True)
         if self._newest is not None and key < self._newest:
             return Step(False, self._nearest(key))
-        missing: tuple[float, ...] = ()
         if self.period is not None and self._newest is not None and key > self._newest + 1:
             skipped = int(min(key - self._newest - 1, self.max_missing))
             assert self._anchor is not None
-            missing = tuple(self._anchor + (self._newest + i) * self.period for i in range(1, skipped + 1))
-        return Step(True, None, missing)
+            return Step(True, None, tuple(self._anchor + (self._newest + i) * self.period for i in range(1, skipped + 1)))
+        return _NEW
 
     def taken(self, t: float | None, phys: int) -> None:
         """Record that physical index ``phys`` went to a step at time ``t`` (None: unknown)."""
