@@ -462,6 +462,39 @@ async def test_three_outages_during_2000_records(mosquitto_persistent: Broker, t
     assert pub.stats.reconnects >= 3 and pub.stats.records >= 2 * per_stream
 
 
+async def test_acknowledged_records_are_deleted_together_and_idle_waits_for_it(mosquitto: Broker,
+                                                                              tmp_path: Path) -> None:
+    """40 records put one at a time, each published as it comes: their deletions are grouped
+    (publisher.ACK_DELAY), not one outbox transaction per PUBACK; idle is set only once all are
+    deleted, and a record acknowledged but not deleted is never sent twice in a session."""
+    cfg = mosquitto.broker_config()
+    collector = Collector(cfg, f"{BASE}/data/#")
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 100, "drop-oldest") as box:
+        acks: list[int] = []
+        real_ack = Outbox.ack
+
+        def counting_ack(b: Outbox, ids):  # type: ignore[no-untyped-def]
+            ids = list(ids)
+            acks.append(len(ids))
+            return real_ack(b, ids)
+
+        pub = Publisher(box, make_transport(cfg, "pub"), PublishConfig(), backoff=FAST)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Outbox, "ack", counting_ack)
+            async with running(collector.run(), pub.run()):
+                await asyncio.wait_for(collector.subscribed.wait(), 5)
+                for q in range(40):
+                    await box.run(Outbox.put, [item("a", q)], keep=KEEP)
+                    pub.notify()
+                    await asyncio.sleep(0.001)
+                await collector.wait_until(lambda: len(collector.messages) >= 40, 5)
+                await asyncio.wait_for(pub.idle.wait(), 5)
+                assert await box.run(len) == 0
+    assert sum(acks) == 40 and len(acks) < 20, acks
+    assert sorted(json.loads(m.payload)["seq"] for m in collector.messages) == list(range(40))
+    assert pub.stats.records == 40 and pub.stats.resends == 0
+
+
 async def test_batching(mosquitto: Broker, tmp_path: Path) -> None:
     """batch_max 5: full batches go at once, partial ones after batch_latency_ms; every message
     is a JSON list of consecutive records of one stream."""

@@ -7,6 +7,9 @@ Semantics:
 - **Window.** Up to ``PublishConfig.window`` QoS 1 messages are in flight at once. Records are
   acknowledged in the outbox (deleted) only after their PUBACK, and only as a prefix of the
   messages sent, so the records still stored are always, per stream, a suffix of what was put.
+  Deletions are grouped: at most :data:`ACK_BATCH` records or :data:`ACK_DELAY` seconds after the
+  first acknowledgement (a record acknowledged and not yet deleted when the publisher stops is
+  sent again: at-least-once). :attr:`Publisher.idle` waits for them.
 - **Failure.** On :class:`~.transport.Undelivered` (or a lost connection) the publisher drops
   everything in flight, backs off and reconnects (:func:`~.transport.reconnecting`), and resends
   from the first unacknowledged record. The resent payload bytes are the stored ones — a decision
@@ -48,6 +51,10 @@ log = logging.getLogger(__name__)
 _READ_CHUNK = 1000
 #: Most stored rows held for the publisher (handed over by the writer); beyond, it reads the outbox.
 _HANDOFF_LIMIT = 2 * _READ_CHUNK
+#: Acknowledged records are deleted together (one outbox visit and transaction for all): once this
+#: many are acknowledged, or this many seconds after the first of them (module docstring: Window).
+ACK_BATCH = 512
+ACK_DELAY = 0.02
 
 
 @dataclass
@@ -143,7 +150,8 @@ class Publisher:
         self._flush = False
         self._sessions = 0
         self._sent: set[int] = set()  # ids sent in the current session and not yet acknowledged
-        self._ack_later: list[int] = []  # acknowledged by the broker, not yet deleted (disk full)
+        self._ack_later: list[int] = []  # acknowledged by the broker, not yet deleted (grouped; disk full)
+        self._ack_since = 0.0  # (monotonic) when the oldest of them was acknowledged
         self.stats = PublisherStats()
         #: Set while there is nothing to publish: the outbox is empty and nothing is in flight.
         self.idle = asyncio.Event()
@@ -199,6 +207,8 @@ class Publisher:
         inflight: deque[_Flight] = deque()
         cursor = 0
         self._wake.set()  # read the outbox from its oldest record
+        if self._ack_later:  # acknowledged before the last session ended: not to be read again
+            await self._delete_acked()
         try:
             while True:
                 if self._wake.is_set() and batcher.size < self._lookahead:
@@ -215,7 +225,7 @@ class Publisher:
                 now = time.time()
                 while len(inflight) < self._window and (batch := batcher.pop(now, self._flush)):
                     inflight.append(self._send(transport, batch, previous))
-                if not inflight and not batcher.size and not self._wake.is_set():
+                if not inflight and not batcher.size and not self._wake.is_set() and not self._ack_later:
                     self.idle.set()
                 await self._wait(inflight, batcher, now)
                 await self._ack_completed(inflight)
@@ -249,6 +259,9 @@ class Publisher:
             due = batcher.next_due()
             if due is not None:
                 timeout = max(0.0, due - now)
+        if self._ack_later:  # (the grouped deletion is due then)
+            ack_due = max(0.0, self._ack_since + ACK_DELAY - time.monotonic())
+            timeout = ack_due if timeout is None else min(timeout, ack_due)
         if not waits:  # only partial batches are buffered, with no room to read more
             await asyncio.sleep(timeout or 0.0)
             return
@@ -259,8 +272,9 @@ class Publisher:
                 woken.cancel()
 
     async def _ack_completed(self, inflight: deque[_Flight]) -> None:
-        """Acknowledge the completed prefix of the messages in flight; re-raise the first failure
-        (after acknowledging the messages before it)."""
+        """Acknowledge the completed prefix of the messages in flight (deleted from the outbox
+        together with those before, once due: module docstring, Window); re-raise the first
+        failure (after acknowledging the messages before it)."""
         done: list[_Flight] = []
         try:
             while inflight and inflight[0].task.done():
@@ -271,15 +285,24 @@ class Publisher:
                 ids = [r.id for f in done for r in f.rows]
                 self.stats.messages += len(done)
                 self.stats.records += len(ids)
-                try:
-                    await self._box.run(Outbox.ack, ids + self._ack_later)
-                except (sqlite3.OperationalError, OSError) as exc:
-                    if not is_disk_full(exc):
-                        raise
-                    # the broker has them: delete them once the disk has room (stream/disk.py); they
-                    # stay in _sent, so this session does not send them again
-                    self._ack_later += ids
-                else:
-                    self._sent.difference_update(ids + self._ack_later)
-                    self._ack_later = []
                 self.stats.records_by_stream.update(r.stream for f in done for r in f.rows)
+                if not self._ack_later:
+                    self._ack_since = time.monotonic()
+                self._ack_later += ids
+            if self._ack_later and (len(self._ack_later) >= ACK_BATCH
+                                    or time.monotonic() >= self._ack_since + ACK_DELAY):
+                await self._delete_acked()
+
+    async def _delete_acked(self) -> None:
+        """Delete the acknowledged records from the outbox. On a full disk they stay listed (and in
+        ``_sent``, so this session does not send them again) until it has room (stream/disk.py)."""
+        ids = self._ack_later
+        try:
+            await self._box.run(Outbox.ack, ids)
+        except (sqlite3.OperationalError, OSError) as exc:
+            if not is_disk_full(exc):
+                raise
+            self._ack_since = time.monotonic()  # (retried after the next delay)
+        else:
+            self._sent.difference_update(ids)
+            self._ack_later = []
