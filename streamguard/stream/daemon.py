@@ -83,6 +83,10 @@ log = logging.getLogger(__name__)
 KEEP_DECISIONS = 4096
 #: Entries written per transaction, and queued at most before intake waits.
 STORE_GROUP = 256
+#: Seconds between the starts of two store transactions at least: many slow streams (a frame a
+#: second each, 1,000 of them) would otherwise commit — and sync the disk — once per record; what
+#: arrives meanwhile joins the next group. Below 1/COMMIT_SPACING groups a second nothing waits.
+COMMIT_SPACING = 0.002
 STORE_QUEUE_LIMIT = 4096
 STATUS_INTERVAL = 2.0
 #: SUBSCRIBE requests of the input connection in flight at once (stream/transport.py).
@@ -297,8 +301,12 @@ class Daemon:
         """Group commit: everything queued while the previous transaction ran goes in the next one
         (one disk sync per group); only then can the publisher see the records."""
         assert self._box is not None and self._publisher is not None
+        loop = asyncio.get_running_loop()
+        last = -COMMIT_SPACING
         while True:
             await self._queued.wait()
+            if (wait := last + COMMIT_SPACING - loop.time()) > 0:  # (only above 1/COMMIT_SPACING commits per second)
+                await asyncio.sleep(wait)
             self._queued.clear()
             self._idle.clear()  # busy: a flush must not return on the idle flag of the last round
             while self._queue:
@@ -321,6 +329,7 @@ class Daemon:
                                 time.time() - self.stats.disk_full_since)
                     self.stats.disk_full_since = None
                     self.systemd.notify(STATUS="running: the disk has room again")
+                last = loop.time()
                 stored = sum(len(e.items) for e in group)
                 self.stats.stored += stored
                 if stored:
