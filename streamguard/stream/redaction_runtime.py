@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 #: keeps the rows (and decisions) of its last 4·span + delay + 64 positions, span = H_ℓ + H_r + 1;
 #: one call decides at most DECIDE_EVERY + delay records, and the windows of the marks it finishes
 #: reach at most span beyond them on either side: DECIDE_EVERY + delay + 2·span ≤ 4·span + delay +
-#: 64 holds for every span ≥ 0, so all of it is still in memory.
+#: 64 holds for every span ≥ 0, so all of it is still in memory. (Slots skipped under a sample
+#: period add positions to a call; a row no longer in memory then counts as released in a mark's
+#: exact evaluation — privatizer._window_rows — which can only overstate its leakage.)
 DECIDE_EVERY = 64
 #: Redaction rows whose text :meth:`RedactionRuntime.payload` keeps.
 _ROW_TEXTS = 256
