@@ -244,3 +244,44 @@ def test_a_rejected_frame_that_asked_to_be_private_protects_its_neighbours():
         if d:
             assert rows[m.phys + d] == pytest.approx(tuple(row))
     assert m.achieved.total == pytest.approx(PLAN.leakage().total, abs=1e-12)
+
+
+class _CountingSource(SeededSource):
+    """A seeded source that counts the random bytes it serves."""
+
+    served = 0
+
+    def words(self, n: int):  # type: ignore[no-untyped-def]
+        self.served += 8 * n
+        return super().words(n)
+
+
+def test_only_records_whose_redaction_probability_lies_strictly_between_0_and_1_draw():
+    """A record no mark reaches (probability 0) is released and one with probability 1 (the mark
+    itself, a rejected step) redacted without a draw: the same outcome the kernel gives them (its
+    threshold is 0 or 2⁶³). Only the window's fractional rows use randomness — an exact binomial
+    count of their redactions is in test_batch_intake / the true-world tests."""
+    src = _CountingSource(5)
+    core = StreamPrivatizer(PLAN, src)
+    rel = _feed(core, [0, 1] * 20)
+    assert src.served == 0  # no mark: 40 records, no random byte
+    assert [r.state for r in rel] == [0, 1] * 20 and all(r.row == (0.0, 0.0) for r in rel)
+    src = _CountingSource(6)
+    core = StreamPrivatizer(PLAN, src)
+    rel = _feed(core, [0] * 40, flags={20}, skips={30})
+    fractional = [r for r in rel if 0.0 < r.row[0] < 1.0]
+    assert fractional and src.served > 0
+    by_seq = {r.seq: r for r in rel}
+    assert by_seq[20].redacted and by_seq[20].row == (1.0, 1.0)  # the mark: redacted, no draw needed
+    assert all(not r.redacted for r in rel if r.row == (0.0, 0.0))
+    assert core._rows[by_seq[30].phys - 1] == (1.0, 1.0)  # the rejected step: redacted with probability 1
+
+
+def test_a_row_that_is_not_a_probability_is_refused_not_released():
+    """The shortcut for rows 0 and 1 never bypasses the kernel's check: a NaN or out-of-range entry
+    still raises (fail closed), as before."""
+    core = StreamPrivatizer(PLAN, SeededSource(7))
+    core.accept(0, 0.0, now=0.0)
+    core._rows_of = lambda lo, count: np.full((count, 2), np.nan)  # type: ignore[method-assign]
+    with pytest.raises(ValueError):
+        core.drain()

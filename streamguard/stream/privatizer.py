@@ -682,9 +682,8 @@ class StreamPrivatizer:
         for i, p in enumerate(batch):
             if p.seq is None:  # a rejected frame or a missing reading: redacted with probability 1
                 rows[i] = 1.0
-        states = np.array([p.state for p in batch], dtype=np.int8)
-        out = apply_redaction(states, thresholds(rows), np.arange(count), self.source).tolist()
         rows_l = rows.tolist()
+        out = self._redact(batch, rows, rows_l)
         releases = []
         for i, p in enumerate(batch):
             r, y = tuple(rows_l[i]), out[i]
@@ -703,6 +702,22 @@ class StreamPrivatizer:
             self._phys_of_seq.popitem(last=False)
         self._finish_marks()
         return releases
+
+    def _redact(self, batch: list[_Pending], rows: NDArray[np.float64], rows_l: list[list[float]]) -> list[int]:
+        """Each record's outcome: its state, or REDACTED with probability rows[i][state]. Where that
+        probability is exactly 0 or 1 the outcome needs no randomness (the kernel's threshold is 0
+        or 2⁶³: never or always below a 63-bit draw) — most records, which no mark reaches — so
+        only the others go to the kernel, in one call."""
+        out = [REDACTED if rows_l[i][p.state] == 1.0 else p.state for i, p in enumerate(batch)]
+        # (anything but exactly 0 or 1 — NaN or out of [0, 1] included — goes to thresholds(), which
+        # refuses what is not a probability: fail closed as before)
+        draw = [i for i, p in enumerate(batch) if not (rows_l[i][p.state] == 0.0 or rows_l[i][p.state] == 1.0)]
+        if draw:
+            states = np.array([batch[i].state for i in draw], dtype=np.int8)
+            drawn = apply_redaction(states, thresholds(rows[draw]), np.arange(len(draw)), self.source).tolist()
+            for i, y in zip(draw, drawn):
+                out[i] = y
+        return out
 
     def _settle_closed(self, batch: list[_Pending], start: int, rows: list[list[float]], out: list[int]) -> None:
         """The observer failed closed while the records batch[start:] were already drawn (one
