@@ -96,15 +96,19 @@ class StepTracker:
 
     def taken(self, t: float | None, phys: int) -> None:
         """Record that physical index ``phys`` went to a step at time ``t`` (None: unknown)."""
-        key = None if t is None or not math.isfinite(t) else self._key(t)
+        if t is None or not math.isfinite(t):
+            return
+        key = t if self.period is None else self._key(t)
         if key is None:
             return
-        assert t is not None
-        self.newest_ts = t if self.newest_ts is None else max(self.newest_ts, t)
-        self._by_key[key] = phys
-        self._newest = key if self._newest is None else max(self._newest, key)
-        while len(self._by_key) > MEMORY:
-            self._by_key.popitem(last=False)
+        if self.newest_ts is None or t > self.newest_ts:
+            self.newest_ts = t
+        by_key = self._by_key
+        by_key[key] = phys
+        if self._newest is None or key > self._newest:
+            self._newest = key
+        if len(by_key) > MEMORY:
+            by_key.popitem(last=False)  # (one key in, at most one out)
 
     def _nearest(self, key: float) -> int | None:
         """The remembered step closest in time to a late frame (None: older than the memory)."""
