@@ -37,7 +37,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,10 +74,10 @@ def mixing_gap(chain: MarkovChain) -> int:
     return 0 if rho == 0 else min(MAX_GAP, math.ceil(math.log(1e-17) / math.log(rho)))
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     """The decision for one accepted record: ``state`` is None when redacted. ``row`` is the
-    redaction probabilities (Pr(⊥|0), …, Pr(⊥|k−1)) that were used."""
+    redaction probabilities (Pr(⊥|0), …, Pr(⊥|k−1)) that were used. (A named tuple: one is made
+    per record.)"""
 
     seq: int
     phys: int
