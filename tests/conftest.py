@@ -5,7 +5,7 @@
   ``max_examples`` is kept moderate so the whole suite runs in a few minutes on two cores; set
   ``HYPOTHESIS_PROFILE=thorough`` for a longer run.
 - Fixtures for the two reference chains of notes/000: α=.25, β=.5 (Example 1, Fig. 2, Table I)
-  and α=.01, β=.8 (Fig. 3/4).
+  and α=.01, β=.8 (Fig. 3/4); the broker fixtures of tests/brokers.py.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from streamguard import MarkovChain
+
+# The broker fixtures (a real Mosquitto on a free loopback port) for every test module; importing
+# them here instead of in each module keeps the modules free of names their parameters shadow.
+from brokers import device_and_central, mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls  # noqa: F401
 
 settings.register_profile(
     "streamguard",

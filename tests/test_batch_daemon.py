@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import Spy, daemon_running, first_occurrences, publish_all, running, until
 
 from streamguard.config import BrokerConfig, Settings
@@ -36,7 +36,7 @@ def _lists(t0: float, lo: int, hi: int, size: int) -> list[bytes]:
     return [json.dumps(frames[i:i + size]).encode() for i in range(0, len(frames), size)]
 
 
-async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mosquitto: Broker,  # noqa: F811
+async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mosquitto: Broker,
                                                                               tmp_path: Path) -> None:
     cfg = mosquitto.broker_config()
     t0 = time.time() - 5000
@@ -88,7 +88,7 @@ async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mo
     assert max(len(json.loads(m.payload)) for m in lists) == 50  # published in lists of batch_max
 
 
-async def test_a_command_keeps_its_place_among_frames_taken_together(mosquitto: Broker, tmp_path: Path,  # noqa: F811
+async def test_a_command_keeps_its_place_among_frames_taken_together(mosquitto: Broker, tmp_path: Path,
                                                                       monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Frames that queue up while the daemon is busy are taken together (transport
     message_groups), but a command between them still applies where it arrived: a ``"now"`` sent

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import Spy, check_outputs, daemon_toml, first_occurrences, publish_all, running
 from test_daemon_restart import DaemonProcess
 
@@ -34,7 +34,7 @@ def statuses(spy: Spy) -> list[str]:
 
 
 @pytest.mark.slow
-async def test_lists_sigkilled_twice_never_redrawn_private_kept(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_lists_sigkilled_twice_never_redrawn_private_kept(mosquitto: Broker, tmp_path: Path) -> None:
     cfg = mosquitto.broker_config()
     conf = daemon_toml(tmp_path / "sg.toml", tmp_path / "outbox.sqlite", mosquitto.port, base=BASE, device=DEVICE,
                        stream=STREAM, labels=LABELS, client_id="review-kill",

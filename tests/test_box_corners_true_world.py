@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brokers import Broker, mosquitto  # noqa: F401 - pytest fixture
+from brokers import Broker
 from streamguard.model import modelset
 from streamguard.model.calibrate import TransitionData
 from test_true_world_daemon import evaluate, run_world
@@ -27,7 +27,7 @@ COUNTS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(COUNTS))
-async def test_box_figures_hold_at_the_corners(mosquitto: Broker, tmp_path: Path, kind: str) -> None:  # noqa: F811
+async def test_box_figures_hold_at_the_corners(mosquitto: Broker, tmp_path: Path, kind: str) -> None:
     model_file = tmp_path / "MODEL.json"
     modelset.from_calibration(TransitionData(COUNTS[kind]), 0.99, ("lo", "hi")).write(model_file)
     ms = modelset.load(model_file)

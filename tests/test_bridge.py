@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from brokers import DeviceAndCentral, device_and_central  # noqa: F401
+from brokers import DeviceAndCentral
 from daemon_harness import Spy, check_outputs, daemon_running, daemon_toml, publish_all, running
 
 from streamguard.config import ConfigError, filters_overlap, load_settings
@@ -80,7 +80,7 @@ def zigbee_messages() -> list[tuple[str, bytes]]:
 
 
 async def test_only_sanitized_topics_cross_the_bridge(tmp_path: Path,
-                                                      device_and_central: DeviceAndCentral) -> None:  # noqa: F811
+                                                      device_and_central: DeviceAndCentral) -> None:
     brokers = device_and_central
     central = Spy(brokers.central.broker_config(), "#", name="central")
     local_ha = Spy(brokers.login("homeassistant"), "#", name="homeassistant")
@@ -146,7 +146,7 @@ CENTRAL_HA = ("topic homeassistant/+/streamguard_device-1/+/config out 1", "topi
 
 @pytest.mark.parametrize("device_and_central", [CENTRAL_HA], indirect=True)
 async def test_central_home_assistant_option(tmp_path: Path,
-                                             device_and_central: DeviceAndCentral) -> None:  # noqa: F811
+                                             device_and_central: DeviceAndCentral) -> None:
     brokers, device = device_and_central, "device-1"
     central = Spy(brokers.central.broker_config(), "#", name="central")
     conf = daemon_toml(tmp_path / "d.toml", tmp_path / "outbox.sqlite", brokers.device.port, base=BASE,
@@ -200,7 +200,7 @@ def test_inputs_on_sanitized_topics_are_refused(tmp_path: Path, stream: str) -> 
 
 
 async def test_records_published_while_the_central_broker_is_down_arrive_later(
-        tmp_path: Path, device_and_central: DeviceAndCentral) -> None:  # noqa: F811
+        tmp_path: Path, device_and_central: DeviceAndCentral) -> None:
     """The bridge's local queue (cleansession false, bounded by max_queued_messages) carries the
     records published while the central broker was down; none is lost, none is raw."""
     brokers, device = device_and_central, "outage"

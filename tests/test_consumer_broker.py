@@ -18,7 +18,7 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
-from brokers import Broker, _run_broker, mosquitto  # noqa: F401
+from brokers import Broker, _run_broker
 from daemon_harness import Spy, daemon_toml, publish_all, running, truth_of
 from test_daemon_restart import DaemonProcess
 
@@ -46,7 +46,7 @@ def _device_broker(workdir: Path, name: str, central: Broker):
         "bridge_protocol_version mqttv311", "try_private false"])
 
 
-async def test_a_bridged_fleet_through_a_daemon_crash_and_a_consumer_absence(mosquitto: Broker,  # noqa: F811
+async def test_a_bridged_fleet_through_a_daemon_crash_and_a_consumer_absence(mosquitto: Broker,
                                                                             tmp_path: Path) -> None:
     cfg = mosquitto.broker_config()  # the central broker: the witness and the consumer read here
     gens = {d: _device_broker(tmp_path / f"broker-{d}", d, mosquitto) for d in DEVICES}
@@ -147,7 +147,7 @@ async def test_a_bridged_fleet_through_a_daemon_crash_and_a_consumer_absence(mos
 
 
 async def test_a_session_ended_by_its_duration_leaves_cleanly_and_the_next_gets_the_rest(
-        mosquitto: Broker) -> None:  # noqa: F811
+        mosquitto: Broker) -> None:
     """A consumer stopped by ``duration`` disconnects (it does not linger connected, acknowledging
     messages it will never read): what is published while it is away reaches its next session."""
     import json

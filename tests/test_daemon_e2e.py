@@ -24,7 +24,7 @@ from typing import Any
 import aiomqtt
 import numpy as np
 import pytest
-from brokers import Broker, mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls  # noqa: F401
+from brokers import Broker
 from daemon_harness import (
     Spy,
     Truth,

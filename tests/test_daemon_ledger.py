@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import Spy, daemon_running, running
 
 from firmware_sim import MarkovSource

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import Spy, daemon_toml, first_occurrences, running
 
 import streamguard.stream.daemon as daemon_mod

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import Spy, daemon_running, expected_rows, publish_all, running, truth_of
 from test_daemon_e2e import (STATUS, check_stream_records, final_privacy, frame_items, settings_for, shut_down,
                              wait_counted)
@@ -27,7 +27,7 @@ LABELS = ("closed", "open")
 TRUE = MarkovChain.binary(0.1, 0.2)
 
 
-async def test_daemon_runs_the_robust_plan_of_a_calibrated_model_set(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_daemon_runs_the_robust_plan_of_a_calibrated_model_set(mosquitto: Broker, tmp_path: Path) -> None:
     recording = SimDevice("rec", [SimStream("door", TRUE, rate=0.1, seed=5, emission=Labels(LABELS))])
     cal = tmp_path / "door.jsonl"
     cal.write_text("\n".join(f.payload.decode() for f in recording.frames(count=3000)) + "\n")

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import (Spy, Truth, check_outputs, daemon_toml, first_occurrences, publish_all, running,
                             truth_of)
 

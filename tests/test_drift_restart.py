@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from brokers import Broker, mosquitto  # noqa: F401 - pytest fixture
+from brokers import Broker
 from streamguard.config import Settings
 from streamguard.ledger.store import Ledger
 from streamguard.stream.daemon import Daemon
@@ -67,7 +67,7 @@ def _drift_events(outbox: Path) -> list[dict[str, Any]]:
     return _events(outbox, "drift")
 
 
-async def test_the_drift_alarm_survives_a_restart_and_clears_on_a_new_model(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_the_drift_alarm_survives_a_restart_and_clears_on_a_new_model(mosquitto: Broker, tmp_path: Path) -> None:
     outbox = tmp_path / "outbox.sqlite"
     s1 = await _life(mosquitto, outbox, STICKY, 0, 400, None)
     assert s1["drift"]["drift"] and not s1["drift"]["restored"]

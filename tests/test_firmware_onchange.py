@@ -13,7 +13,7 @@ import sys
 import aiomqtt
 import pytest
 
-from brokers import Broker, mosquitto  # noqa: F401  (fixture)
+from brokers import Broker
 from firmware_sim.onchange import OnChangeSensor
 
 
@@ -57,7 +57,7 @@ def test_deterministic_and_value_dependent_dwell() -> None:
     assert abs(mean0 - 2.0) < 0.2 and abs(mean1 - 0.5) < 0.05
 
 
-def test_cli_publishes_on_change_to_mosquitto(mosquitto: Broker) -> None:  # noqa: F811
+def test_cli_publishes_on_change_to_mosquitto(mosquitto: Broker) -> None:
     async def run() -> list[aiomqtt.Message]:
         got: list[aiomqtt.Message] = []
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="watch") as c:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from brokers import mosquitto  # noqa: F401  (fixture)
+
 from daemon_harness import daemon_running, publish_all, until
 
 from streamguard import MarkovChain

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import Spy, daemon_running, daemon_toml, running
 
 from streamguard.config import ConfigError, Settings, load_settings
@@ -277,7 +277,7 @@ async def retained_configs(broker: Broker) -> dict[str, bytes]:
     return {m.topic: m.payload for m in spy.messages if m.retain}
 
 
-async def test_daemon_announces_resends_and_removes(tmp_path: Path, mosquitto: Broker) -> None:  # noqa: F811
+async def test_daemon_announces_resends_and_removes(tmp_path: Path, mosquitto: Broker) -> None:
     cfg = mosquitto.broker_config()
     outbox = tmp_path / "outbox.sqlite"
     live = Spy(cfg, "homeassistant/#", name="live")

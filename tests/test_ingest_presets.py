@@ -23,7 +23,7 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from brokers import Broker, mosquitto  # noqa: F401  (fixture)
+from brokers import Broker
 from daemon_harness import daemon_running
 from ingest_harness import ManualClock, ingest_settings, retain, rig, until
 from streamguard.ingest.stream import IngestHub
@@ -141,7 +141,7 @@ def _fill(msg: Msg, ts: float) -> Msg:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_preset_on_mosquitto(case: Case, mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_preset_on_mosquitto(case: Case, mosquitto: Broker, tmp_path: Path) -> None:
     settings = ingest_settings(mosquitto.broker_config(), tmp_path, case.ingest, sample_period=1.0, **case.states)
     retained = [case.a] + ([case.online] if case.online else [])
     await retain(settings.broker, retained)
@@ -192,7 +192,7 @@ async def test_preset_on_mosquitto(case: Case, mosquitto: Broker, tmp_path: Path
             assert m.topic.startswith("sg/") and case.secret.encode() not in m.payload
 
 
-async def test_privacy_button_marks_the_current_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_privacy_button_marks_the_current_step(mosquitto: Broker, tmp_path: Path) -> None:
     """A zigbee2mqtt button's ``action`` marks the step of the next tick (the reading of the moment
     of the press); a retained press left on the broker marks nothing."""
     ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
@@ -217,7 +217,7 @@ async def test_privacy_button_marks_the_current_step(mosquitto: Broker, tmp_path
         assert records[3]["ts"] == r.ticks[3] and records[3]["redacted"]  # the private step itself
 
 
-async def test_periodic_source_steps_per_message(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_periodic_source_steps_per_message(mosquitto: Broker, tmp_path: Path) -> None:
     """A Tasmota SENSOR stream stated periodic (``TelePeriod``): each message is a step at its
     ``Time``; the retained message at start-up is a previous step and makes none; the privacy
     status says the timing is the operator's statement."""
@@ -242,7 +242,7 @@ async def test_periodic_source_steps_per_message(mosquitto: Broker, tmp_path: Pa
         assert "stated periodic" in r.hub.status("s")["timing"]  # type: ignore[index]
 
 
-async def test_a_broker_restart_makes_steps_unknown_until_a_fresh_reading(mosquitto: Broker,  # noqa: F811
+async def test_a_broker_restart_makes_steps_unknown_until_a_fresh_reading(mosquitto: Broker,
                                                                           tmp_path: Path) -> None:
     """The device's broker restarts (without persistence: its retained state is gone). Messages
     sent meanwhile are lost, so the held reading is not trusted: the steps are ``disconnected``

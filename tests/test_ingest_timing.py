@@ -39,7 +39,7 @@ import pytest
 
 import numpy as np
 
-from brokers import Broker, mosquitto  # noqa: F401  (fixture)
+from brokers import Broker
 from daemon_harness import Spy, daemon_running, running
 from firmware_sim.onchange import OnChangeSensor, publish_onchange
 from ingest_harness import ingest_settings, until
@@ -84,7 +84,7 @@ class TimedSpy(Spy):
         self.arrivals.append((time.time(), m))
 
 
-async def test_publish_times_independent_of_change_times(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_publish_times_independent_of_change_times(mosquitto: Broker, tmp_path: Path) -> None:
     sensor = OnChangeSensor("zigbee2mqtt", "hall", dwell=(0.45, 0.2), republish=2.0, seed=11)
     settings = ingest_settings(
         mosquitto.broker_config(), tmp_path,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from brokers import Broker, mosquitto, mosquitto_auth, mosquitto_tls  # noqa: F401
+from brokers import Broker
 from daemon_harness import daemon_toml
 
 from streamguard.cli.common import EXIT_CONFIG
@@ -43,7 +43,7 @@ def _one_line(stderr: bytes) -> str:
     return lines[0]
 
 
-def test_wrong_password_exits_78_in_one_line(mosquitto_auth: Broker, tmp_path: Path) -> None:  # noqa: F811
+def test_wrong_password_exits_78_in_one_line(mosquitto_auth: Broker, tmp_path: Path) -> None:
     t = time.monotonic()
     proc = _run(_conf(tmp_path, mosquitto_auth.port), 'username = "streamguard"\npassword = "wrong"\n')
     assert proc.returncode == EXIT_CONFIG, proc.stderr.decode()
@@ -52,21 +52,21 @@ def test_wrong_password_exits_78_in_one_line(mosquitto_auth: Broker, tmp_path: P
     assert time.monotonic() - t < 20
 
 
-def test_unreadable_password_file_exits_78(mosquitto_auth: Broker, tmp_path: Path) -> None:  # noqa: F811
+def test_unreadable_password_file_exits_78(mosquitto_auth: Broker, tmp_path: Path) -> None:
     proc = _run(_conf(tmp_path, mosquitto_auth.port),
                 f'username = "streamguard"\npassword_file = "{tmp_path / "missing"}"\n')
     assert proc.returncode == EXIT_CONFIG, proc.stderr.decode()
     assert "password_file" in _one_line(proc.stderr)
 
 
-def test_certificate_that_does_not_verify_exits_78(mosquitto_tls: Broker, tmp_path: Path) -> None:  # noqa: F811
+def test_certificate_that_does_not_verify_exits_78(mosquitto_tls: Broker, tmp_path: Path) -> None:
     """TLS on, but without the broker's CA: the system CAs do not verify its certificate."""
     proc = _run(_conf(tmp_path, mosquitto_tls.port), "tls = true\n")
     assert proc.returncode == EXIT_CONFIG, proc.stderr.decode()
     assert "certificate" in _one_line(proc.stderr)
 
 
-def test_tls_to_a_plain_listener_exits_78(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+def test_tls_to_a_plain_listener_exits_78(mosquitto: Broker, tmp_path: Path) -> None:
     proc = _run(_conf(tmp_path, mosquitto.port), "tls = true\n")
     assert proc.returncode == EXIT_CONFIG, proc.stderr.decode()
     assert "TLS" in _one_line(proc.stderr)

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import daemon_running, until
 
 from streamguard.config import Settings
@@ -52,7 +52,7 @@ def _fill(d: Path) -> Path:
     return filler
 
 
-async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk: Path,  # noqa: F811
+async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
 
@@ -95,7 +95,7 @@ async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk:
         assert box.next_position("s") == 3100  # every frame's record decided and stored
 
 
-def test_full_disk_at_start_is_one_line_and_exit_74(mosquitto: Broker, small_disk: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_full_disk_at_start_is_one_line_and_exit_74(mosquitto: Broker, small_disk: Path, tmp_path: Path) -> None:
     """At start the databases cannot be created: one line, exit 74 (EX_IOERR, in the unit's
     RestartPreventExitStatus: no restart loop)."""
     from daemon_harness import daemon_toml

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from brokers import Broker, mosquitto, mosquitto_persistent  # noqa: F401
+from brokers import Broker
 from daemon_harness import FAST, daemon_running, until
 
 from streamguard.config import BrokerConfig, PublishConfig, Settings
@@ -55,7 +55,7 @@ async def _produce(cfg: BrokerConfig, payloads: list[bytes]) -> None:
             continue
 
 
-async def test_one_megabyte_frames_keep_memory_bounded(mosquitto: Broker, tmp_path: Path,  # noqa: F811
+async def test_one_megabyte_frames_keep_memory_bounded(mosquitto: Broker, tmp_path: Path,
                                                         monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """150 frames of 1 MB (150 MB) offered at once to a daemon slowed to ~50 frames/s. Before the
     bound, aiomqtt queued them all (1,500 such frames took RSS from 179 MB to 1.19 GB); now the
@@ -93,7 +93,7 @@ async def test_one_megabyte_frames_keep_memory_bounded(mosquitto: Broker, tmp_pa
     assert peak - base < 40, (base, peak)
 
 
-async def test_five_broker_restarts_lose_no_raw_frame(mosquitto_persistent: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_five_broker_restarts_lose_no_raw_frame(mosquitto_persistent: Broker, tmp_path: Path) -> None:
     """Before: a clean session and a long backoff lost 3,450 of 9,252 acknowledged frames (37 %)
     over 5 restarts. Now: every frame the broker acknowledged reaches the daemon."""
     broker = mosquitto_persistent

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import daemon_running
 
 from streamguard.config import Settings
@@ -34,7 +34,7 @@ def _parse(text: str) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("private", [False, True])
-async def test_textfile_holds_the_daemons_counters(mosquitto: Broker, tmp_path: Path, private: bool) -> None:  # noqa: F811
+async def test_textfile_holds_the_daemons_counters(mosquitto: Broker, tmp_path: Path, private: bool) -> None:
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
 
     async def frames() -> AsyncIterator[tuple[str, bytes]]:

@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import daemon_toml
 
 TIMEOUT_STOP_SEC = 20.0
 
 
-def test_shutdown_with_a_frozen_broker_stays_within_timeout_stop_sec(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+def test_shutdown_with_a_frozen_broker_stays_within_timeout_stop_sec(mosquitto: Broker, tmp_path: Path) -> None:
     conf = daemon_toml(tmp_path / "c.toml", tmp_path / "o.sqlite", mosquitto.port, base="sgf", device="frozen",
                        stream="s", labels=("off", "on"), source="mqtt")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGUARD_")}

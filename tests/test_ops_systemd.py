@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from brokers import Broker, mosquitto  # noqa: F401
+from brokers import Broker
 from daemon_harness import daemon_toml
 
 from streamguard.stream.systemd import Notifier
@@ -39,7 +39,7 @@ def _receive(sock: socket.socket, until: float) -> list[tuple[float, dict[str, s
     return out
 
 
-def test_ready_watchdog_and_stopping_from_the_daemon(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+def test_ready_watchdog_and_stopping_from_the_daemon(mosquitto: Broker, tmp_path: Path) -> None:
     sock, name = _listener()
     conf = daemon_toml(tmp_path / "c.toml", tmp_path / "o.sqlite", mosquitto.port, base="sgs", device="sd",
                        stream="s", labels=("off", "on"), source="mqtt")

@@ -7,7 +7,7 @@ import time
 
 import paho.mqtt.client as paho_mqtt
 import pytest
-from brokers import Broker, mosquitto, mosquitto_tls  # noqa: F401
+from brokers import Broker
 
 from streamguard.config import BrokerConfig, PublishConfig
 from streamguard.stream.transport import MqttTransport, TransportError

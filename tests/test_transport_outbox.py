@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import FAST, Spy, running
-from brokers import Broker, mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls  # noqa: F401
+from brokers import Broker
 
 from streamguard.config import BrokerConfig, OutboxConfig, PublishConfig
 from streamguard.stream.outbox import AsyncOutbox, Full, Item, Outbox

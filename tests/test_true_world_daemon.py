@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from brokers import Broker, mosquitto  # noqa: F401 - pytest fixture
+from brokers import Broker
 from daemon_harness import Spy, running
 from streamguard.config import Settings
 from streamguard.stream.daemon import Daemon
@@ -339,7 +339,7 @@ async def check_world(broker: Broker, w: World, workdir: Path) -> Verdict:
 
 
 # -- regressions (issue 9; positions 0-based) ----------------------------------------------------
-async def test_regression_1_late_figure_is_not_below_the_truth(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_regression_1_late_figure_is_not_below_the_truth(mosquitto: Broker, tmp_path: Path) -> None:
     """α=0.03, β=0.05, ε=2.67, delay 0: 20 readings "lo", reading 12 private (its left neighbours
     are already out). The reported figure must be ≥ the truth (found: 2.7533 reported, 3.5267 true)."""
     w = sample_world(1, 0.03, 0.05, 2.67, np.array([0.625, 0.375]), 20)
@@ -352,7 +352,7 @@ async def test_regression_1_late_figure_is_not_below_the_truth(mosquitto: Broker
     assert 12 in v.marks_of and v.truth[12] > 0
 
 
-async def test_regression_2_command_for_a_published_record(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_regression_2_command_for_a_published_record(mosquitto: Broker, tmp_path: Path) -> None:
     """α=0.1, β=0.3, ε=1: readings 0–15, 5 private; once record 15 is out (max_hold), the command
     {"private": 6}: run returns normally and the mark for seq 6 carries a figure ≥ the truth."""
     w = sample_world(2, 0.1, 0.3, 1.0, np.array([0.75, 0.25]), 16)
@@ -372,7 +372,7 @@ async def test_regression_2_command_for_a_published_record(mosquitto: Broker, tm
     assert mk["honoured"] == (_number(figure["total"]) <= 1.0 * (1 + 1e-12))
 
 
-async def test_regression_6_a_redelivered_reading_is_one_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_regression_6_a_redelivered_reading_is_one_step(mosquitto: Broker, tmp_path: Path) -> None:
     """α=0.5, β=0.76, ε=0.37: reading 5 delivered twice (same bytes), reading 6 private — the true
     leakage about step 6 is ≤ ε (found: 0.847 while 0.336 was reported)."""
     w = sample_world(6, 0.5, 0.76, 0.37, np.array([0.76, 0.5]) / 1.26, 16)
@@ -385,7 +385,7 @@ async def test_regression_6_a_redelivered_reading_is_one_step(mosquitto: Broker,
     assert v.truth[6] <= w.epsilon * (1 + TOL), v.truth[6]
 
 
-async def test_regression_7_rejected_frame_in_a_schedule_window(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_regression_7_rejected_frame_in_a_schedule_window(mosquitto: Broker, tmp_path: Path) -> None:
     """A one-minute schedule window holding only step 8, whose frame is rejected (value "xx"):
     that step is private and the true leakage about it is ≤ ε."""
     w = sample_world(7, 0.1, 0.2, 1.0, np.array([2 / 3, 1 / 3]), 18, spacing=60.0)
@@ -399,7 +399,7 @@ async def test_regression_7_rejected_frame_in_a_schedule_window(mosquitto: Broke
     assert v.truth[8] <= w.epsilon * (1 + TOL), v.truth[8]
 
 
-async def test_regression_8_escaped_private_key_protects_its_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_regression_8_escaped_private_key_protects_its_step(mosquitto: Broker, tmp_path: Path) -> None:
     """A rejected frame {"\\u0070rivate": true, "value": "xx", "ts": …} at step 6: its step is
     protected (true leakage ≤ ε)."""
     w = sample_world(8, 0.1, 0.2, 1.0, np.array([2 / 3, 1 / 3]), 16)
@@ -410,7 +410,7 @@ async def test_regression_8_escaped_private_key_protects_its_step(mosquitto: Bro
     assert v.truth[6] <= w.epsilon * (1 + TOL), v.truth[6]
 
 
-async def test_regression_9_a_chain_that_boots_in_a_known_state(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_regression_9_a_chain_that_boots_in_a_known_state(mosquitto: Broker, tmp_path: Path) -> None:
     """α=0.0108, β=0.265, ε=0.42, μ = point mass on "hi", 24 steps, step 7 private: the true
     leakage for that μ is ≤ ε (found: 1.704)."""
     w = sample_world(9, 0.0108, 0.265, 0.42, np.array([0.0, 1.0]), 24)
@@ -421,7 +421,7 @@ async def test_regression_9_a_chain_that_boots_in_a_known_state(mosquitto: Broke
     assert v.truth[7] <= w.epsilon * (1 + TOL), v.truth[7]
 
 
-async def test_restart_with_a_hidden_gap(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_restart_with_a_hidden_gap(mosquitto: Broker, tmp_path: Path) -> None:
     """Two lives on one outbox: steps 0–19 (18 private), steps 20–22 never sent, steps 23–44
     (24 private, its left neighbours are before the gap). Marks of both lives against the truth
     of the whole world."""
@@ -518,7 +518,7 @@ def _property_seeds() -> list[int]:
     return list(range(1000, 1000 + int(os.environ.get("STREAMGUARD_PROPERTY_RUNS", "12"))))
 
 
-async def test_property_random_faulty_streams(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_property_random_faulty_streams(mosquitto: Broker, tmp_path: Path) -> None:
     """Random worlds (see :func:`random_world`); every failing seed is reported with its problems."""
     await run_property(mosquitto, tmp_path, [random_world(seed) for seed in _property_seeds()])
 
@@ -549,7 +549,7 @@ def test_random_worlds_are_well_formed(seed: int) -> None:
     assert w.private <= set(sent)
 
 
-async def test_a_redelivery_across_a_restart_is_one_step(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_a_redelivery_across_a_restart_is_one_step(mosquitto: Broker, tmp_path: Path) -> None:
     """The broker redelivers the last frame of the previous life after a restart (found by the
     property test, seed 1002): it must not become a new step (a phantom step shifts every seq and
     distance after it), and a command naming a seq must land on the step the subscriber saw."""
@@ -567,7 +567,7 @@ async def test_a_redelivery_across_a_restart_is_one_step(mosquitto: Broker, tmp_
 
 
 # -- k-state streams (issue 12) ------------------------------------------------------------------
-async def test_k_state_marks_by_flag_command_schedule_late_and_restart(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_k_state_marks_by_flag_command_schedule_late_and_restart(mosquitto: Broker, tmp_path: Path) -> None:
     """A 4-state stream (labels s0..s3, sticky non-reversible chain, boots in s2): a flag, a
     schedule window, a command for a record already published (late), a malformed private frame,
     and a restart with a hidden gap of 2 steps and a private flag just after it. Every mark's
@@ -597,7 +597,7 @@ async def test_k_state_marks_by_flag_command_schedule_late_and_restart(mosquitto
         assert late["late"] and late["honoured"] == (_number(figure["total"]) <= w.epsilon * (1 + 1e-12))
 
 
-async def test_k_state_property_random_faulty_streams(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_k_state_property_random_faulty_streams(mosquitto: Broker, tmp_path: Path) -> None:
     """Random 3- and 4-state worlds with the binary property test's faults (STREAMGUARD_PROPERTY_RUNS
     scales it; default 3 runs)."""
     runs = max(1, int(os.environ.get("STREAMGUARD_PROPERTY_RUNS", "12")) // 4)

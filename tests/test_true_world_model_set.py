@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brokers import Broker, mosquitto  # noqa: F401 - pytest fixture
+from brokers import Broker
 from streamguard.model import modelset
 from streamguard.model.calibrate import TransitionData
 from test_true_world_daemon import Script, World, evaluate, run_world, sample_world
@@ -60,7 +60,7 @@ def _world(seed: int, box: modelset.ModelSet, model_file: Path) -> World:
     return w
 
 
-async def test_box_figures_hold_for_every_member_of_the_box(mosquitto: Broker, tmp_path: Path) -> None:  # noqa: F811
+async def test_box_figures_hold_for_every_member_of_the_box(mosquitto: Broker, tmp_path: Path) -> None:
     """Random worlds whose true chain is a random member of a calibrated box; each run's marks are
     checked against the truth under the true chain and under MEMBERS other random members."""
     model_file = tmp_path / "MODEL.json"
