@@ -240,7 +240,8 @@ class Publisher:
         else:
             payload = b"[" + b",".join(r.payload for r in rows) + b"]"
         ids = [r.id for r in rows]
-        self.stats.resends += sum(i in previous for i in ids)
+        if previous:
+            self.stats.resends += sum(i in previous for i in ids)
         self._sent.update(ids)
         return _Flight(rows, asyncio.create_task(transport.publish(rows[0].topic, payload)))
 
@@ -285,7 +286,8 @@ class Publisher:
                 ids = [r.id for f in done for r in f.rows]
                 self.stats.messages += len(done)
                 self.stats.records += len(ids)
-                self.stats.records_by_stream.update(r.stream for f in done for r in f.rows)
+                for f in done:  # (a message holds records of one stream: _Batcher)
+                    self.stats.records_by_stream[f.rows[0].stream] += len(f.rows)
                 if not self._ack_later:
                     self._ack_since = time.monotonic()
                 self._ack_later += ids
