@@ -32,7 +32,9 @@ import numpy as np
 from firmware_sim import Frame
 from streamguard.config import BrokerConfig, PublishConfig, Settings
 from streamguard.redaction.plan import StreamPlan
+from streamguard.ledger.store import Ledger
 from streamguard.stream.daemon import Daemon
+from streamguard.stream.outbox import AsyncOutbox, Outbox
 from streamguard.stream.transport import Backoff, Message, MqttTransport, reconnecting
 
 FAST = Backoff(base=0.02, cap=0.2)
@@ -370,3 +372,18 @@ def binomial_tail(k: int, n: int, p: float) -> float:
     lower = logsum([logpmf(i) for i in range(0, k + 1)])
     upper = logsum([logpmf(i) for i in range(k, n + 1)])
     return min(1.0, math.exp(min(lower, upper)))
+
+
+@asynccontextmanager
+async def restored(settings: Settings) -> AsyncIterator[tuple[Daemon, AsyncOutbox]]:
+    """A daemon restored from its outbox and ledger, without a broker (its start-up only), and
+    its open outbox; the ledger is closed on exit."""
+    d = Daemon(settings)
+    async with await AsyncOutbox.open(Outbox.from_config, settings.outbox) as box:
+        d._box = box
+        d._ledger = ledger = await box.run(lambda _b: Ledger.open(settings.ledger_path()))
+        try:
+            await d._restore(box)
+            yield d, box
+        finally:
+            await box.run(lambda _b: ledger.close())

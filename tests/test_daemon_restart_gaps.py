@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from daemon_harness import restored
+
 from streamguard.config import Settings
-from streamguard.ledger.store import Ledger
-from streamguard.stream.daemon import Daemon
-from streamguard.stream.outbox import AsyncOutbox, Outbox
 
 LABELS = ["off", "on"]
 MARK = 37
@@ -42,26 +41,18 @@ def _frames(start: int, stop: int, t0: float) -> list[bytes]:
 async def _session(settings: Settings, frames: list[bytes], *, drain: bool) -> dict[str, Any]:
     """One daemon life: restore, take the frames, persist them as one group; drain only if asked
     (no drain = SIGKILL after the last group was stored). Returns the stream's privacy status."""
-    d = Daemon(settings)
-    async with await AsyncOutbox.open(Outbox.from_config, settings.outbox) as box:
-        d._box = box
-        d._ledger = await box.run(lambda _b: Ledger.open(settings.ledger_path()))
-        try:
-            await d._restore(box)
-            rt = d.runtimes["s"]
-            for f in frames:
-                releases, rej = rt.on_frame(f, time.time())
-                assert rej is None
-                await d._store(rt, releases)
-            if drain:
-                await d._store(rt, rt.drain())
-            group = list(d._queue)
-            d._queue.clear()
-            await box.run(d._persist, group)
-            return rt.privacy_status()
-        finally:
-            ledger = d._ledger
-            await box.run(lambda _b: ledger.close())
+    async with restored(settings) as (d, box):
+        rt = d.runtimes["s"]
+        for f in frames:
+            releases, rej = rt.on_frame(f, time.time())
+            assert rej is None
+            await d._store(rt, releases)
+        if drain:
+            await d._store(rt, rt.drain())
+        group = list(d._queue)
+        d._queue.clear()
+        await box.run(d._persist, group)
+        return rt.privacy_status()
 
 
 def _mark_after_restart(tmp_path: Path, aggregates: list[dict[str, Any]]) -> dict[str, Any]:

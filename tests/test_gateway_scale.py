@@ -11,16 +11,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from daemon_harness import daemon_running, publish_all, until
+from daemon_harness import daemon_running, publish_all, restored, until
 
 from streamguard import MarkovChain
 from streamguard.config import Settings
-from streamguard.ledger.store import Ledger
 from streamguard.redaction.plan import plan_stream
 from streamguard.sampling import KeystreamSource, SeededSource
 from streamguard.stream import daemon as daemon_module
 from streamguard.stream.daemon import Daemon
-from streamguard.stream.outbox import AsyncOutbox, Outbox
 from streamguard.stream.privatizer import StreamPrivatizer
 from streamguard.stream.publisher import PublisherStats
 
@@ -48,15 +46,8 @@ class _Recorder:
 
 async def _started(settings: Settings, scenario) -> Daemon:
     """A daemon whose runtimes are restored (no broker: the start-up and what ``scenario`` does)."""
-    d = Daemon(settings)
-    async with await AsyncOutbox.open(Outbox.from_config, settings.outbox) as box:
-        d._box = box
-        d._ledger = await box.run(lambda _b: Ledger.open(settings.ledger_path()))
-        try:
-            await d._restore(box)
-            await scenario(d, box)
-        finally:
-            await box.run(lambda _b: d._ledger.close())
+    async with restored(settings) as (d, box):
+        await scenario(d, box)
     return d
 
 
