@@ -59,13 +59,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import logging
 import random
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+import threading
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
@@ -186,7 +186,8 @@ _TLS_RESETS = 3
 #: mend: malformed packet, protocol error, unsupported protocol version, client identifier not
 #: valid, bad user name or password, not authorized, banned, bad authentication method.
 _REFUSED = {0x81, 0x82, 0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C}
-#: Pending calls beyond the publish window before aiomqtt warns: room for subscribes and status.
+#: Pending aiomqtt calls before it warns: subscribes only (publishes do not go through aiomqtt;
+#: the daemon keeps at most SUBSCRIBE_WINDOW = 32 SUBSCRIBEs in flight).
 _EXTRA_CALLS = 32
 
 
@@ -335,30 +336,16 @@ class MqttTransport:
         self._client = client
         self._lost = lost = asyncio.get_running_loop().create_future()
         inbox, acks = self._inbox, self._acks
-
-        def on_lost(_: object) -> None:
-            if not lost.done():
-                lost.set_result(None)
-            inbox.wake()
-            for fut in acks.values():
-                _settle(fut, aiomqtt.MqttError("connection lost"))
-            acks.clear()
-
-        client._disconnected.add_done_callback(on_lost)
+        client._disconnected.add_done_callback(lambda _: _gone(lost, inbox, acks, "connection lost"))
         log.info("connected to %s:%d as %s", b.host, b.port, self.identifier)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        client, lost = self._client, self._lost
+        client = self._client
         self._client = None
-        if lost is not None and not lost.done():
-            lost.set_result(None)
-        self._inbox.wake()
-        for fut in self._acks.values():
-            _settle(fut, aiomqtt.MqttError("disconnected"))
-        self._acks.clear()
+        _gone(self._lost, self._inbox, self._acks, "disconnected")
         if client is None:
             return
         try:
@@ -509,6 +496,16 @@ class _Inbox:
         if len(self.items) <= INCOMING_LIMIT // 2 and self.size <= INCOMING_BYTES // 2 and self._gate is not None:
             self._gate.resume()
         return group
+
+
+def _gone(lost: asyncio.Future[None] | None, inbox: _Inbox, acks: dict[int, asyncio.Future[None]], why: str) -> None:
+    """A connection is over (lost, or left by ``__aexit__``): mark it lost, wake whoever waits for
+    its messages, and fail every publish still waiting for its PUBACK (Undelivered: ``why``)."""
+    _settle(lost)
+    inbox.wake()
+    for fut in acks.values():
+        _settle(fut, aiomqtt.MqttError(why))
+    acks.clear()
 
 
 def _settle(fut: asyncio.Future[None] | None, error: BaseException | None = None) -> None:
