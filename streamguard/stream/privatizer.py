@@ -708,10 +708,13 @@ class StreamPrivatizer:
         probability is exactly 0 or 1 the outcome needs no randomness (the kernel's threshold is 0
         or 2⁶³: never or always below a 63-bit draw) — most records, which no mark reaches — so
         only the others go to the kernel, in one call."""
-        out = [REDACTED if rows_l[i][p.state] == 1.0 else p.state for i, p in enumerate(batch)]
-        # (anything but exactly 0 or 1 — NaN or out of [0, 1] included — goes to thresholds(), which
-        # refuses what is not a probability: fail closed as before)
-        draw = [i for i, p in enumerate(batch) if not (rows_l[i][p.state] == 0.0 or rows_l[i][p.state] == 1.0)]
+        out: list[int] = []
+        draw: list[int] = []  # (anything but exactly 0 or 1 — NaN or out of [0, 1] included — goes to
+        for i, p in enumerate(batch):  # thresholds(), which refuses what is not a probability)
+            q = rows_l[i][p.state]
+            out.append(REDACTED if q == 1.0 else p.state)
+            if q != 0.0 and q != 1.0:
+                draw.append(i)
         if draw:
             states = np.array([batch[i].state for i in draw], dtype=np.int8)
             drawn = apply_redaction(states, thresholds(rows[draw]), np.arange(len(draw)), self.source).tolist()
