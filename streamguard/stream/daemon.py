@@ -52,7 +52,7 @@ import sqlite3
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +211,11 @@ class Daemon:
             if restarted:
                 log.info("stream %s: resuming at seq %d after a restart (%d open marks kept)",
                          cfg.name, first_seq, len(open_marks))
+        warmed: set[Hashable] = set()  # (one stream of each kind loads the kernels for all)
+        for rt in self.runtimes.values():
+            if (key := rt.warm_key) is not None and key not in warmed:
+                warmed.add(key)
+                rt.warm_up()
 
     def _stored_state(self, box: Outbox, stream: str) -> tuple[Any, ...]:
         """What a restart of ``stream`` continues from (outbox thread; every stream's is read in one

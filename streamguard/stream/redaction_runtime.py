@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import logging
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from ..config import Settings, StreamConfig
 from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import StreamPlan
 from ..redaction.plan_cache import PlanCache, cached_plan_stream
-from ..sampling import BitSource
+from ..sampling import BitSource, KeystreamSource
 from ..ledger.events import DriftEvent, RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
@@ -71,14 +72,7 @@ class RedactionRuntime(StreamRuntime):
                 progress=lambda msg: log.info("stream %s: %s", cfg.name, msg))
         else:  # k states (docs/k-state-redaction.md)
             self.plan = stream_plan_for(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
-        self.core = StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
-                                     first_seq=resume.first_seq, first_phys=resume.first_phys,
-                                     decided=dict(resume.decided), open_marks=list(resume.open_marks),
-                                     restarted=resume.restarted,
-                                     initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
-                                     members=self._members(),
-                                     box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
-                                     else None)
+        self.core = self._new_core(source, resume)
         self.plan_leakage = self.plan.leakage() if plan_cache is None else plan_cache.leakage(self.plan)
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
@@ -108,6 +102,40 @@ class RedactionRuntime(StreamRuntime):
         #: The text of recent redaction rows (most records carry one of a few: all zero, or the rows
         #: of an open mark's window).
         self._row_text: dict[tuple[float, ...], str] = {}
+
+    def _new_core(self, source: BitSource, resume: Resume = FRESH) -> StreamPrivatizer:
+        """A privatizer core with this stream's plan and settings, continuing at ``resume``."""
+        cfg = self.cfg
+        return StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
+                                first_seq=resume.first_seq, first_phys=resume.first_phys,
+                                decided=dict(resume.decided), open_marks=list(resume.open_marks),
+                                restarted=resume.restarted,
+                                initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
+                                members=self._members(),
+                                box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
+                                else None)
+
+    @property
+    def warm_key(self) -> Hashable:
+        """Streams with equal keys run the same compiled kernels (numba compiles per argument
+        types, not per plan): warming one of them warms all."""
+        return (type(self.plan).__name__, self.states.k, bool(self._members()), self.core.box is not None,
+                self.cfg.model.initial is not None)
+
+    def warm_up(self) -> None:
+        """Load the compiled kernels that this stream's decisions and marks run — numba's on-disk
+        cache, or a compile right after an install — before its first record. Otherwise the first
+        mark (its exact evaluation) and the first fractional row (the redaction kernel, the
+        keystream cipher) load them in the data path, and the stream stalls behind them: 20 ms
+        at delay 0 and 35 ms at delay 7 with a warm cache on the reference machine, seconds
+        after an install. A throwaway core (this plan and settings, a throwaway keystream) takes
+        2·span + delay + 2 steps with one flagged step and decides them all; nothing of it is
+        kept, stored or published, and the stream's own source is not drawn from."""
+        core = self._new_core(KeystreamSource(block_bytes=64))
+        span = self.plan.left_horizon + self.plan.right_horizon + 1
+        for i in range(2 * span + core.delay + 2):
+            core.accept(i % self.states.k, float(i), now=float(i), private=i == span)
+        core.drain()
 
     def _members(self) -> tuple[MarkovChain, ...]:
         """Further chains the privatizer evaluates every mark under: a finite set's members, a k-state

@@ -15,7 +15,7 @@ import abc
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,6 +253,16 @@ class StreamRuntime(abc.ABC):
         for step in steps:
             out += self.on_frame(step, now)[0]
         return out
+
+    @property
+    def warm_key(self) -> Hashable | None:
+        """Streams with equal keys load the same compiled kernels in :meth:`warm_up` (None: this
+        mechanism has nothing to load ahead)."""
+        return None
+
+    def warm_up(self) -> None:
+        """Load, before the first record, what the data path would otherwise load at its first
+        use (see :meth:`RedactionRuntime.warm_up`)."""
 
     @abc.abstractmethod
     def on_frame(self, data: bytes | Element | Rejection, now: float) -> tuple[list[Any], Rejection | None]:
