@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import sqlite3
@@ -88,6 +89,17 @@ STORE_GROUP = 256
 #: arrives meanwhile joins the next group. Below 1/COMMIT_SPACING groups a second nothing waits.
 COMMIT_SPACING = 0.002
 STORE_QUEUE_LIMIT = 4096
+#: A lone store entry (one intake's decisions) that came at least this many seconds after the one
+#: before is committed on the event loop's own thread while the outbox thread is idle
+#: (AsyncOutbox.run_here): at such a rate nothing would overlap the disk sync anyway, and the two
+#: thread switches and the loop's self-pipe wake-up were about a third of the latency that
+#: privatization adds (issue 15; docs/implementation.md). Under load entries come closer together
+#: and go to the outbox thread, where intake goes on during the sync.
+INLINE_QUIET = 0.001
+#: An inline commit that takes longer than this (a slow disk) sends every commit to the outbox
+#: thread for INLINE_BACKOFF seconds, so the loop is never blocked for long.
+INLINE_MAX = 0.005
+INLINE_BACKOFF = 60.0
 STATUS_INTERVAL = 2.0
 #: SUBSCRIBE requests of the input connection in flight at once (stream/transport.py).
 SUBSCRIBE_WINDOW = 32
@@ -158,6 +170,9 @@ class Daemon:
         self._queued = asyncio.Event()
         self._room = asyncio.Event()
         self._idle = asyncio.Event()
+        self._last_entry = -math.inf  # (monotonic) when the newest store entry was queued
+        self._quiet = False  # it came at least INLINE_QUIET after the one before
+        self._inline_after = 0.0  # (monotonic) no inline commit before then: the last one was slow
         self._closing = False  # intake has stopped: store the rest even past max_records
         #: Random token in this process's retained status (and will): tells its own status from
         #: another streamguard's on the same topic.
@@ -299,6 +314,8 @@ class Daemon:
             rt.steps.newest_ts,
         )
         if entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates:
+            now = time.monotonic()
+            self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
             self._queue.append(entry)
             self._queued.set()
 
@@ -320,7 +337,13 @@ class Daemon:
                 report = {e.stream for e in group if e.marks or e.aggregates}  # (persisting empties aggregates)
                 while True:
                     try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
-                        rows = await self._box.run(self._persist, group, self._closing)
+                        if self._commit_here(group):
+                            began = time.monotonic()
+                            rows = self._box.run_here(self._persist, group, self._closing)
+                            if time.monotonic() - began > INLINE_MAX:
+                                self._inline_after = time.monotonic() + INLINE_BACKOFF
+                        else:
+                            rows = await self._box.run(self._persist, group, self._closing)
                         break
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
@@ -346,6 +369,13 @@ class Daemon:
                     self._status_urgent |= report
                     self._status_dirty.set()
             self._idle.set()
+
+    def _commit_here(self, group: list[_StoreEntry]) -> bool:
+        """Commit ``group`` on the loop's thread (INLINE_QUIET)? Only the newest entry, queued after
+        a quiet interval, with the outbox thread idle and no slow inline commit lately."""
+        assert self._box is not None
+        return (len(group) == 1 and not self._queue and self._quiet and self._box.idle
+                and time.monotonic() >= self._inline_after)
 
     async def _disk_full(self, exc: BaseException) -> None:
         """The disk is full (stream/disk.py): say so once, free the WAL files, wait and let the

@@ -22,11 +22,13 @@ Capacity: at most ``max_records`` records. When a put would exceed it, ``overflo
 :class:`Full`, and the caller stops accepting input until records are acknowledged (at
 shutdown the daemon stores its last, already decided records past the limit: ``over_capacity``).
 
-Threading: an :class:`Outbox` is one connection, used from the thread that opened it, by one
-process at a time. Asyncio code uses :class:`AsyncOutbox`, which confines the outbox to one
-dedicated worker thread. The daemon holds an :class:`ExclusiveLock` on ``<outbox>.lock`` (and on
-``<ledger>.lock``) from before it opens them until it has closed them, so a second daemon on the
-same files refuses to start (:class:`InUse`) instead of drawing a second decision for a seq.
+Threading: an :class:`Outbox` is one connection, used by one thread at a time, by one process at
+a time. Asyncio code uses :class:`AsyncOutbox`, which runs the outbox's calls on one dedicated
+worker thread, in order — or, while that thread is idle, one call on the loop's own thread
+(:meth:`AsyncOutbox.run_here`: the daemon's commit of a lone record at a low rate). The daemon
+holds an :class:`ExclusiveLock` on ``<outbox>.lock`` (and on ``<ledger>.lock``) from before it
+opens them until it has closed them, so a second daemon on the same files refuses to start
+(:class:`InUse`) instead of drawing a second decision for a seq.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -181,7 +183,9 @@ class Outbox:
         self._max = max_records
         self._overflow = overflow
         private_file(path)  # 0600, and so its -wal and -shm files too
-        self._db = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+        # (transactions are explicit; AsyncOutbox.run_here uses the connection from the loop's thread
+        # while the worker is idle: one thread at a time, not always the one that opened it)
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
             self._db.close()
@@ -447,17 +451,19 @@ def _insert_decisions(db: sqlite3.Connection, stream: str, decisions: Sequence[t
 
 
 class AsyncOutbox:
-    """An :class:`Outbox` confined to one dedicated worker thread, for asyncio code.
+    """An :class:`Outbox` run on one dedicated worker thread, for asyncio code.
 
     Open it with ``await AsyncOutbox.open(Outbox, path, max_records, overflow)`` (or
     ``Outbox.from_config, config``) and call methods through :meth:`run`, e.g.
     ``await box.run(Outbox.peek, 100)``. Calls run one at a time, in call order. Cancelling a
     :meth:`run` does not stop a call already running in the worker (a put may still commit).
+    :meth:`run_here` runs a call on the loop's thread instead, only while the worker is idle.
     """
 
     def __init__(self, executor: ThreadPoolExecutor, outbox: Outbox) -> None:
         self._executor = executor
         self._outbox = outbox
+        self._newest: Future[Any] | None = None  # the call submitted last to the worker
 
     @classmethod
     async def open(cls, opener: Callable[P, Outbox], *args: P.args, **kwargs: P.kwargs) -> AsyncOutbox:
@@ -472,8 +478,22 @@ class AsyncOutbox:
 
     async def run(self, fn: Callable[Concatenate[Outbox, P], T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(outbox, *args, **kwargs)`` on the outbox's thread."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(fn, self._outbox, *args, **kwargs))
+        self._newest = fut = self._executor.submit(functools.partial(fn, self._outbox, *args, **kwargs))
+        return await asyncio.wrap_future(fut)
+
+    @property
+    def idle(self) -> bool:
+        """No call is queued or running on the outbox's thread (calls run in order: once the one
+        submitted last has returned, all have)."""
+        return self._newest is None or self._newest.done()
+
+    def run_here(self, fn: Callable[Concatenate[Outbox, P], T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(outbox, *args, **kwargs)`` on the calling thread (the event loop's), blocking it for
+        as long as the call takes, without the two thread switches of :meth:`run`. Only while
+        :attr:`idle` — the connection is still used by one thread at a time — else RuntimeError."""
+        if not self.idle:
+            raise RuntimeError("the outbox thread is busy: use run()")
+        return fn(self._outbox, *args, **kwargs)
 
     async def aclose(self) -> None:
         await self.run(Outbox.close)

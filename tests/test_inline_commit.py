@@ -1,0 +1,123 @@
+"""Commits on the event loop's thread at a low rate (issue 15, latency; daemon.INLINE_QUIET).
+
+A lone store entry after a quiet interval is committed on the loop's own thread while the outbox
+thread is idle (AsyncOutbox.run_here), saving two thread switches; entries that come close
+together go to the outbox thread, where intake overlaps the disk sync; a slow inline commit sends
+commits to the thread for a while. The outbox connection must never be used by two threads at
+once, and a record is still handed to the publisher only after its commit returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from daemon_harness import restored
+
+from streamguard.config import Settings
+from streamguard.stream import daemon as daemon_module
+from streamguard.stream.daemon import Daemon
+from streamguard.stream.outbox import AsyncOutbox, Item, Outbox
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(device="dev", topic_base="t", broker={"host": "127.0.0.1", "port": 1},
+                    outbox={"path": tmp_path / "outbox.sqlite"},
+                    streams=[{"name": "s", "labels": ["a", "b"], "epsilon": 1.0, "source": "mqtt", "delay": 0,
+                              "model": {"alpha": 0.05, "beta": 0.2}}])
+
+
+async def test_run_here_only_while_the_outbox_thread_is_idle(tmp_path):
+    gate = threading.Event()
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 100, "drop-oldest") as box:
+        assert box.idle
+        busy = asyncio.ensure_future(box.run(lambda _b: gate.wait(5.0)))
+        await asyncio.sleep(0.05)
+        assert not box.idle
+        with pytest.raises(RuntimeError, match="busy"):
+            box.run_here(Outbox.peek, 10)
+        gate.set()
+        await busy
+        assert box.idle
+        where = box.run_here(lambda b: (b.put([Item("s", 0, "t/s", b"{}")], keep=10), threading.current_thread()))[1]
+        assert where is threading.current_thread()  # the caller's (the loop's) thread
+        assert [r.seq for r in await box.run(Outbox.peek, 10)] == [0]
+
+
+class _Writer:
+    """The daemon's writer task, with a publisher stand-in that checks each handed-over record is
+    committed, and a record of where each group was committed."""
+
+    def __init__(self, d: Daemon, box: AsyncOutbox) -> None:
+        self.d, self.box = d, box
+        self.on_loop: list[bool] = []
+        self.handed: list[int] = []
+        persist = d._persist
+
+        def traced(b: Outbox, group, closing=False):
+            self.on_loop.append(threading.current_thread() is threading.main_thread())
+            return persist(b, group, closing)
+
+        d._persist = traced  # type: ignore[method-assign]
+        d._publisher = SimpleNamespace(notify=self._notify)  # type: ignore[assignment]
+        self.task = asyncio.create_task(d._writer())
+
+    def _notify(self, rows) -> None:
+        stored = {r.seq for r in self.box._outbox.peek(10_000)}  # (the writer's thread, or idle)
+        assert {r.seq for r in rows} <= stored  # handed over only once committed
+        self.handed += [r.seq for r in rows]
+
+    async def frame(self, i: int) -> None:
+        await self.d.handle_frame("s", f'{{"value":"{"ab"[i % 2]}","ts":{1.7e9 + i}}}'.encode())
+
+    async def settle(self) -> None:
+        for _ in range(200):
+            if not self.d._queue and self.box.idle and self.d._idle.is_set():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the writer did not settle")
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def test_quiet_lone_entries_commit_on_the_loop_and_a_burst_on_the_outbox_thread(tmp_path):
+    async with restored(_settings(tmp_path)) as (d, box):
+        w = _Writer(d, box)
+        try:
+            for i in range(6):  # 20 ms apart: each entry is lone and quiet
+                await w.frame(i)
+                await asyncio.sleep(0.02)
+            await w.settle()
+            quiet = list(w.on_loop)
+            w.on_loop.clear()
+            for i in range(6, 60):  # one loop turn apart: the first is quiet, the others are not
+                await w.frame(i)
+                await asyncio.sleep(0)
+            await w.settle()
+            burst = list(w.on_loop)
+        finally:
+            await w.stop()
+    assert quiet and all(quiet), quiet
+    assert burst[0] and len(burst) > 1 and not any(burst[1:]), burst
+    assert w.handed == list(range(59))  # delay 0: frame i releases record i − 1; all, in order
+
+
+async def test_a_slow_inline_commit_sends_commits_to_the_outbox_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(daemon_module, "INLINE_MAX", 0.0)  # every inline commit counts as slow
+    async with restored(_settings(tmp_path)) as (d, box):
+        w = _Writer(d, box)
+        try:
+            for i in range(5):
+                await w.frame(i)
+                await asyncio.sleep(0.02)
+            await w.settle()
+        finally:
+            await w.stop()
+    assert w.on_loop[0] and not any(w.on_loop[1:]), w.on_loop
+    assert w.handed == list(range(4))
