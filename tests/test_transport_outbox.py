@@ -86,6 +86,74 @@ async def test_publish_subscribe_round_trip(mosquitto: Broker) -> None:
     assert got == Message(f"{BASE}/rt/x", b"\x00\xffbytes")
 
 
+async def test_start_publish_hands_messages_over_at_once_and_returns_the_puback(mosquitto: Broker) -> None:
+    """start_publish (the publisher's path, issue 15) queues each message on the connection when
+    called, without a task or an await, in call order; its future is done at the PUBACK. Not
+    connected, it raises Undelivered at once."""
+    cfg = mosquitto.broker_config()
+    sub, pub = make_transport(cfg, "sp"), make_transport(cfg, "sp", suffix="-pub", will=False)
+    with pytest.raises(Undelivered, match="not connected"):
+        pub.start_publish(f"{BASE}/sp/x", b"0")
+    async with sub, pub:
+        await sub.subscribe(f"{BASE}/sp/#")
+        futures = [pub.start_publish(f"{BASE}/sp/x", str(i).encode()) for i in range(20)]
+        assert not any(f.done() for f in futures)  # (nothing acknowledged without a loop turn)
+        await asyncio.wait_for(asyncio.gather(*futures), 5)
+        got: list[bytes] = []
+        messages = sub.messages()
+        while len(got) < 20:
+            got.append((await asyncio.wait_for(anext(messages), 5)).payload)
+        assert not pub._acks  # every PUBACK future settled and forgotten
+    assert got == [str(i).encode() for i in range(20)]
+
+
+class _StartFailsOnce:
+    """A transport whose start_publish fails (not connected) at its third call, once; the others
+    are acknowledged at once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.sessions = 0
+        self.sent: list[int] = []
+
+    async def __aenter__(self) -> _StartFailsOnce:
+        self.sessions += 1
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def start_publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> asyncio.Future[None]:
+        self.calls += 1
+        if self.calls == 3:
+            raise Undelivered(f"publish to {topic} not acknowledged: not connected")
+        self.sent.append(json.loads(payload)["seq"])
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    async def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
+        raise AssertionError("the publisher uses start_publish when the transport has it")
+
+
+async def test_a_message_that_cannot_be_handed_over_fails_in_its_place(tmp_path: Path) -> None:
+    """A start_publish that raises is the failure of that message, met in order: the messages sent
+    before it are acknowledged (deleted, never resent), the session ends and the next one resends
+    from the failed record on (at-least-once)."""
+    t = _StartFailsOnce()
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 100, "drop-oldest") as box:
+        await box.run(Outbox.put, [item("a", q) for q in range(6)], keep=KEEP)
+        pub = Publisher(box, t, PublishConfig(), backoff=FAST)  # type: ignore[arg-type]
+        async with running(pub.run()):
+            pub.notify()
+            await asyncio.wait_for(pub.idle.wait(), 5)
+            assert await box.run(len) == 0
+    assert t.sessions == 2
+    assert t.sent[:2] == [0, 1] and t.sent.count(0) == 1 and t.sent.count(1) == 1
+    assert t.sent[-4:] == [2, 3, 4, 5]  # the second session, from the failed record on
+    assert pub.stats.resends == 4  # records 2–5 were tried in the first session (2 failed, 3–5 went out)
+
+
 async def test_messages_that_queued_up_come_as_one_group_in_order(mosquitto: Broker) -> None:
     """Messages received while the consumer was busy come in one group (issue 15: a reader task
     that moved one message at a time made every group 2 messages), in arrival order, each

@@ -23,6 +23,9 @@ Semantics:
   over the rows it just stored (``notify(rows)``, issue 15): the publisher takes them instead of
   reading them back only when they continue exactly where its reading stopped (the next id), so
   what it sends is what :meth:`Outbox.peek` would have returned; otherwise it reads the outbox.
+  The session waits on one future that ``notify``, the oldest message in flight and a timer
+  resolve, and hands each message to a transport with ``start_publish`` at once (no task per
+  round or per message; docs/implementation.md, "Latency at a low rate").
 - **Shutdown.** :meth:`Publisher.drain` sends partial batches at once and waits, up to a
   deadline, until the outbox is empty; then cancel the task running :meth:`Publisher.run`.
   What is not acknowledged stays in the outbox for the next start.
@@ -33,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter, deque
@@ -43,7 +47,7 @@ from typing import Any
 from ..config import PublishConfig
 from .outbox import AsyncOutbox, Outbox, Row
 from .disk import is_disk_full
-from .transport import Backoff, Transport, reconnecting
+from .transport import Backoff, Transport, TransportError, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,7 @@ class PublisherStats:
 @dataclass
 class _Flight:
     rows: list[Row]
-    task: asyncio.Task[None]
+    done: asyncio.Future[None]  # the broker's acknowledgement (fails with Undelivered)
 
 
 class _Batcher:
@@ -147,6 +151,7 @@ class Publisher:
         self._backoff = backoff
         self._sleep = sleep
         self._wake = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None  # what the session waits on (_wait)
         self._flush = False
         self._sessions = 0
         self._sent: set[int] = set()  # ids sent in the current session and not yet acknowledged
@@ -169,6 +174,7 @@ class Publisher:
             self._handed.extend(rows)
         self.idle.clear()
         self._wake.set()
+        _wake_up(self._waiter)
 
     def _take_handed(self, cursor: int, want: int) -> list[Row] | None:
         """Up to ``want`` handed-over rows from id ``cursor + 1`` on, or None when they do not start
@@ -231,10 +237,13 @@ class Publisher:
                 await self._ack_completed(inflight)
         finally:
             for f in inflight:
-                f.task.cancel()
-            await asyncio.gather(*(f.task for f in inflight), return_exceptions=True)
+                f.done.cancel()
+            await asyncio.gather(*(f.done for f in inflight), return_exceptions=True)
 
     def _send(self, transport: Transport, rows: list[Row], previous: set[int]) -> _Flight:
+        """Publish one message. A transport with ``start_publish`` (MqttTransport) hands it to the
+        connection at once and gives the acknowledgement as a future; any other one's ``publish``
+        runs in a task. A failure to send is the flight's failure, met in order (_ack_completed)."""
         if self._batch_max == 1:
             payload = rows[0].payload
         else:
@@ -243,34 +252,49 @@ class Publisher:
         if previous:
             self.stats.resends += sum(i in previous for i in ids)
         self._sent.update(ids)
-        return _Flight(rows, asyncio.create_task(transport.publish(rows[0].topic, payload)))
+        start = getattr(transport, "start_publish", None)
+        if start is None:
+            return _Flight(rows, asyncio.ensure_future(transport.publish(rows[0].topic, payload)))
+        try:
+            return _Flight(rows, start(rows[0].topic, payload))
+        except TransportError as exc:
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return _Flight(rows, failed)
 
     async def _wait(self, inflight: deque[_Flight], batcher: _Batcher, now: float) -> None:
         """Wait for the oldest message in flight to complete or, while the window has room, for
-        new records or for a partial batch to become due."""
-        waits: set[asyncio.Future[Any]] = set()
-        if inflight:
-            waits.add(inflight[0].task)
+        new records (:meth:`notify`) or for a partial batch to become due; or until the grouped
+        deletion is due. One future, resolved by whichever comes first (no task per round)."""
+        listen = len(inflight) < self._window and batcher.size < self._lookahead
+        if listen and self._wake.is_set():
+            return
         timeout = None
-        woken: asyncio.Task[bool] | None = None
-        if len(inflight) < self._window:
-            if batcher.size < self._lookahead:
-                woken = asyncio.create_task(self._wake.wait())
-                waits.add(woken)
-            due = batcher.next_due()
-            if due is not None:
-                timeout = max(0.0, due - now)
+        if len(inflight) < self._window and (due := batcher.next_due()) is not None:
+            timeout = max(0.0, due - now)
         if self._ack_later:  # (the grouped deletion is due then)
             ack_due = max(0.0, self._ack_since + ACK_DELAY - time.monotonic())
             timeout = ack_due if timeout is None else min(timeout, ack_due)
-        if not waits:  # only partial batches are buffered, with no room to read more
+        if not inflight and not listen:  # only partial batches are buffered, with no room to read more
             await asyncio.sleep(timeout or 0.0)
             return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        wake = functools.partial(_wake_up, waiter)
+        oldest = inflight[0].done if inflight else None
+        if oldest is not None:
+            oldest.add_done_callback(wake)
+        timer = None if timeout is None else loop.call_later(timeout, wake)
+        if listen:
+            self._waiter = waiter
         try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await waiter
         finally:
-            if woken is not None:
-                woken.cancel()
+            self._waiter = None
+            if oldest is not None:
+                oldest.remove_done_callback(wake)
+            if timer is not None:
+                timer.cancel()
 
     async def _ack_completed(self, inflight: deque[_Flight]) -> None:
         """Acknowledge the completed prefix of the messages in flight (deleted from the outbox
@@ -278,8 +302,8 @@ class Publisher:
         failure (after acknowledging the messages before it)."""
         done: list[_Flight] = []
         try:
-            while inflight and inflight[0].task.done():
-                inflight[0].task.result()
+            while inflight and inflight[0].done.done():
+                inflight[0].done.result()
                 done.append(inflight.popleft())
         finally:
             if done:
@@ -308,3 +332,10 @@ class Publisher:
         else:
             self._sent.difference_update(ids)
             self._ack_later = []
+
+
+def _wake_up(fut: asyncio.Future[Any] | None, *_: object) -> None:
+    """Resolve ``fut`` unless it is None or already done (a wake-up; extra arguments ignored:
+    it is also a done-callback)."""
+    if fut is not None and not fut.done():
+        fut.set_result(None)

@@ -44,7 +44,8 @@ implements it on aiomqtt 2.x. Semantics:
 
 - **Speed** (issue 15). aiomqtt spends a task and an ``asyncio.wait`` on every publish and every
   received message; the daemon's hot path avoids them: paho's ``on_message`` puts messages in the
-  connection's :class:`_Inbox`, paho's ``on_publish`` resolves one future per publish, aiomqtt's
+  connection's :class:`_Inbox`, paho's ``on_publish`` resolves one future per publish (which
+  :meth:`MqttTransport.start_publish` returns: the publisher needs no task per message), aiomqtt's
   socket registrations run with ``call_soon`` on the loop thread (no self-pipe wake-up), paho reads
   its packets from one 64 KiB ``recv`` (:class:`_RecvBuffer`), and a write queued in one loop turn
   goes out on the next without registering the socket unless its buffer is full
@@ -292,7 +293,8 @@ class MqttTransport:
         # (MQTT 5: a PUBACK with a reason code >= 0x80 — not authorised, quota exceeded, too large —
         # is the broker refusing the message: not delivered)
         paho.on_publish = lambda _c, _u, mid, rc, _p: _settle(
-            acks.pop(mid, None), aiomqtt.MqttError(f"refused by the broker: {rc}") if rc.is_failure else None)
+            acks.pop(mid, None), Undelivered(f"publish not acknowledged: refused by the broker: {rc}")
+            if rc.is_failure else None)
         on_connect = paho.on_connect
 
         def connected(c: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
@@ -375,29 +377,39 @@ class MqttTransport:
         task.cancel()
         raise aiomqtt.MqttError("connection lost")
 
-    async def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
-        """Return once the broker acknowledged (QoS 1: PUBACK); raise :class:`Undelivered` on any
-        failure, timeout or lost connection. (paho's publish and its PUBACK callback directly: one
-        future and one timer per message, no task — module docstring: Speed.)"""
+    def start_publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> asyncio.Future[None]:
+        """Hand the message to the connection now (paho queues it; it goes out on this loop turn's
+        write) and return a future that is done once the broker acknowledged it (QoS 1: PUBACK),
+        or fails with :class:`Undelivered` on a refusal, a timeout or a lost connection; raise
+        :class:`Undelivered` at once when not connected. paho's publish and its PUBACK callback
+        directly: one future and one timer per message, no task (module docstring: Speed)."""
         client, lost = self._client, self._lost
         if client is None or lost is None or lost.done():
             raise Undelivered(f"publish to {topic} not acknowledged: not connected")
         info = client._client.publish(topic, payload, qos, retain)
         if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
             raise Undelivered(f"publish to {topic} not acknowledged: {paho_mqtt.error_string(info.rc)}")
-        if qos == 0 or info.is_published():
-            return
         loop = asyncio.get_running_loop()
-        fut = self._acks[info.mid] = loop.create_future()
-        timer = loop.call_later(self._timeout, _settle, fut, aiomqtt.MqttError("timed out"))
-        try:
-            await fut
-        except aiomqtt.MqttError as exc:
-            raise Undelivered(f"publish to {topic} not acknowledged: {exc}") from exc
-        finally:
+        fut: asyncio.Future[None] = loop.create_future()
+        if qos == 0 or info.is_published():
+            fut.set_result(None)
+            return fut
+        mid, acks = info.mid, self._acks
+        acks[mid] = fut
+        timer = loop.call_later(self._timeout, _time_out, fut, topic)
+
+        def done(f: asyncio.Future[None]) -> None:
             timer.cancel()
-            if self._acks.get(info.mid) is fut:
-                del self._acks[info.mid]
+            if acks.get(mid) is f:
+                del acks[mid]
+
+        fut.add_done_callback(done)
+        return fut
+
+    async def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
+        """Return once the broker acknowledged (QoS 1: PUBACK); raise :class:`Undelivered` on any
+        failure, timeout or lost connection (:meth:`start_publish`, awaited)."""
+        await self.start_publish(topic, payload, qos, retain)
 
     async def subscribe(self, topic_filter: str, qos: int = 1) -> None:
         """Subscribe (awaits the SUBACK); raise :class:`TransportError` on failure."""
@@ -503,9 +515,13 @@ def _gone(lost: asyncio.Future[None] | None, inbox: _Inbox, acks: dict[int, asyn
     its messages, and fail every publish still waiting for its PUBACK (Undelivered: ``why``)."""
     _settle(lost)
     inbox.wake()
-    for fut in acks.values():
-        _settle(fut, aiomqtt.MqttError(why))
+    for fut in list(acks.values()):
+        _settle(fut, Undelivered(f"publish not acknowledged: {why}"))
     acks.clear()
+
+
+def _time_out(fut: asyncio.Future[None], topic: str) -> None:
+    _settle(fut, Undelivered(f"publish to {topic} not acknowledged: timed out"))
 
 
 def _settle(fut: asyncio.Future[None] | None, error: BaseException | None = None) -> None:
