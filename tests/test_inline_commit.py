@@ -21,7 +21,7 @@ from daemon_harness import restored
 from streamguard.config import Settings
 from streamguard.stream import daemon as daemon_module
 from streamguard.stream.daemon import Daemon
-from streamguard.stream.outbox import AsyncOutbox, Item, Outbox
+from streamguard.stream.outbox import AsyncOutbox, Full, Item, Outbox
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -46,6 +46,31 @@ async def test_run_here_only_while_the_outbox_thread_is_idle(tmp_path):
         where = box.run_here(lambda b: (b.put([Item("s", 0, "t/s", b"{}")], keep=10), threading.current_thread()))[1]
         assert where is threading.current_thread()  # the caller's (the loop's) thread
         assert [r.seq for r in await box.run(Outbox.peek, 10)] == [0]
+
+
+async def test_a_cancelled_queued_call_does_not_make_the_worker_look_idle(tmp_path):
+    """Review finding (F1): a call queued behind a running one and then cancelled is done at once;
+    the worker is still busy with the older call, so run_here must refuse (it ran a transaction on
+    the loop's thread inside the worker's: 'cannot start a transaction within a transaction', or
+    a commit at the worker's synchronous=NORMAL)."""
+    gate = threading.Event()
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 100, "drop-oldest") as box:
+        running = asyncio.ensure_future(box.run(lambda _b: gate.wait(5.0)))
+        await asyncio.sleep(0.05)
+        queued = asyncio.ensure_future(box.run(Outbox.peek, 10))
+        await asyncio.sleep(0)
+        queued.cancel()
+        await asyncio.gather(queued, return_exceptions=True)
+        assert not box.idle
+        with pytest.raises(RuntimeError, match="busy"):
+            box.run_here(Outbox.peek, 10)
+        gate.set()
+        await running
+        for _ in range(100):  # (the worker's done-callback runs on its thread)
+            if box.idle:
+                break
+            await asyncio.sleep(0.01)
+        assert box.idle
 
 
 class _Writer:
@@ -121,3 +146,30 @@ async def test_a_slow_inline_commit_sends_commits_to_the_outbox_thread(tmp_path,
             await w.stop()
     assert w.on_loop[0] and not any(w.on_loop[1:]), w.on_loop
     assert w.handed == list(range(4))
+
+
+async def test_a_failed_inline_commit_sends_the_retry_to_the_outbox_thread(tmp_path, monkeypatch):
+    """Review finding (F2): an inline commit that fails (here: the outbox is full under stop-input)
+    backs off like a slow one; the retry waits on the outbox thread, not on the loop."""
+    monkeypatch.setattr(daemon_module, "INLINE_MAX", 10.0)  # (only the failure counts)
+    async with restored(_settings(tmp_path)) as (d, box):
+        w = _Writer(d, box)
+        persist, calls = w.d._persist, []
+
+        def full_once(b: Outbox, group, closing=False):
+            calls.append(threading.current_thread() is threading.main_thread())
+            if len(calls) == 2:  # the second group (the first holds no record: delay 0)
+                raise Full("full")
+            return persist(b, group, closing)
+
+        w.d._persist = full_once  # type: ignore[method-assign]
+        try:
+            for i in range(3):
+                await w.frame(i)
+                await asyncio.sleep(0.2)
+            await w.settle()
+        finally:
+            await w.stop()
+    assert calls[:2] == [True, True] and not any(calls[2:]), calls
+    assert d.stats.outbox_full_waits == 1
+    assert w.handed == list(range(2))

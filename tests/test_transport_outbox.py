@@ -108,10 +108,11 @@ async def test_start_publish_hands_messages_over_at_once_and_returns_the_puback(
 
 
 class _StartFailsOnce:
-    """A transport whose start_publish fails (not connected) at its third call, once; the others
-    are acknowledged at once."""
+    """A transport whose start_publish fails (``error``: not connected) at its third call, once;
+    the others are acknowledged at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error or Undelivered("publish not acknowledged: not connected")
         self.calls = 0
         self.sessions = 0
         self.sent: list[int] = []
@@ -126,7 +127,7 @@ class _StartFailsOnce:
     def start_publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> asyncio.Future[None]:
         self.calls += 1
         if self.calls == 3:
-            raise Undelivered(f"publish to {topic} not acknowledged: not connected")
+            raise self.error
         self.sent.append(json.loads(payload)["seq"])
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(None)
@@ -152,6 +153,21 @@ async def test_a_message_that_cannot_be_handed_over_fails_in_its_place(tmp_path:
     assert t.sent[:2] == [0, 1] and t.sent.count(0) == 1 and t.sent.count(1) == 1
     assert t.sent[-4:] == [2, 3, 4, 5]  # the second session, from the failed record on
     assert pub.stats.resends == 4  # records 2–5 were tried in the first session (2 failed, 3–5 went out)
+
+
+async def test_any_error_handing_a_message_over_is_met_in_order(tmp_path: Path) -> None:
+    """Review finding (F3): paho's publish raises ValueError (a bad topic, an oversized payload);
+    the messages before it are still counted as acknowledged (their deletion is grouped: they are
+    deleted by the next start's first session), then the publisher fails with it."""
+    t = _StartFailsOnce(ValueError("Invalid topic."))
+    async with await AsyncOutbox.open(Outbox, tmp_path / "o.sqlite", 100, "drop-oldest") as box:
+        await box.run(Outbox.put, [item("a", q) for q in range(6)], keep=KEEP)
+        pub = Publisher(box, t, PublishConfig(), backoff=FAST)  # type: ignore[arg-type]
+        task = asyncio.create_task(pub.run())
+        pub.notify()
+        with pytest.raises(ValueError, match="Invalid topic"):
+            await asyncio.wait_for(task, 5)
+    assert pub.stats.records == 2 and sorted(pub._ack_later) == [1, 2]  # (outbox ids of seqs 0 and 1)
 
 
 async def test_messages_that_queued_up_come_as_one_group_in_order(mosquitto: Broker) -> None:

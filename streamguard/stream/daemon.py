@@ -96,8 +96,9 @@ STORE_QUEUE_LIMIT = 4096
 #: privatization adds (issue 15; docs/implementation.md). Under load entries come closer together
 #: and go to the outbox thread, where intake goes on during the sync.
 INLINE_QUIET = 0.001
-#: An inline commit that takes longer than this (a slow disk) sends every commit to the outbox
-#: thread for INLINE_BACKOFF seconds, so the loop is never blocked for long.
+#: An inline commit that takes longer than this (a slow disk), or fails (a full outbox or disk),
+#: sends every commit to the outbox thread for INLINE_BACKOFF seconds: on a slow disk the loop is
+#: blocked by at most one commit a minute.
 INLINE_MAX = 0.005
 INLINE_BACKOFF = 60.0
 STATUS_INTERVAL = 2.0
@@ -338,10 +339,13 @@ class Daemon:
                 while True:
                     try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
                         if self._commit_here(group):
-                            began = time.monotonic()
-                            rows = self._box.run_here(self._persist, group, self._closing)
-                            if time.monotonic() - began > INLINE_MAX:
-                                self._inline_after = time.monotonic() + INLINE_BACKOFF
+                            began, slow = time.monotonic(), True
+                            try:
+                                rows = self._box.run_here(self._persist, group, self._closing)
+                                slow = time.monotonic() - began > INLINE_MAX
+                            finally:  # (slow, or failed: a retry waits for room or the disk)
+                                if slow:
+                                    self._inline_after = time.monotonic() + INLINE_BACKOFF
                         else:
                             rows = await self._box.run(self._persist, group, self._closing)
                         break
@@ -375,7 +379,7 @@ class Daemon:
         a quiet interval, with the outbox thread idle and no slow inline commit lately."""
         assert self._box is not None
         return (len(group) == 1 and not self._queue and self._quiet and self._box.idle
-                and time.monotonic() >= self._inline_after)
+                and time.monotonic() >= self._inline_after and self.stats.disk_full_since is None)
 
     async def _disk_full(self, exc: BaseException) -> None:
         """The disk is full (stream/disk.py): say so once, free the WAL files, wait and let the

@@ -463,7 +463,9 @@ class AsyncOutbox:
     def __init__(self, executor: ThreadPoolExecutor, outbox: Outbox) -> None:
         self._executor = executor
         self._outbox = outbox
-        self._newest: Future[Any] | None = None  # the call submitted last to the worker
+        #: Calls submitted to the worker that have not returned (a call cancelled while queued
+        #: leaves at once: it never runs; a running one cannot be cancelled and stays until it returns).
+        self._pending: set[Future[Any]] = set()
 
     @classmethod
     async def open(cls, opener: Callable[P, Outbox], *args: P.args, **kwargs: P.kwargs) -> AsyncOutbox:
@@ -478,20 +480,23 @@ class AsyncOutbox:
 
     async def run(self, fn: Callable[Concatenate[Outbox, P], T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(outbox, *args, **kwargs)`` on the outbox's thread."""
-        self._newest = fut = self._executor.submit(functools.partial(fn, self._outbox, *args, **kwargs))
+        fut = self._executor.submit(functools.partial(fn, self._outbox, *args, **kwargs))
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)  # (on the worker, or here if done already)
         return await asyncio.wrap_future(fut)
 
     @property
     def idle(self) -> bool:
-        """No call is queued or running on the outbox's thread (calls run in order: once the one
-        submitted last has returned, all have)."""
-        return self._newest is None or self._newest.done()
+        """No call is queued or running on the outbox's thread. (Every call is tracked until it
+        returns: the last one submitted is not enough — cancelling a queued call through its
+        asyncio wrapper makes it done at once while an older one still runs.)"""
+        return not self._pending
 
     def run_here(self, fn: Callable[Concatenate[Outbox, P], T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(outbox, *args, **kwargs)`` on the calling thread (the event loop's), blocking it for
         as long as the call takes, without the two thread switches of :meth:`run`. Only while
         :attr:`idle` — the connection is still used by one thread at a time — else RuntimeError."""
-        if not self.idle:
+        if not self.idle or self._outbox._db.in_transaction:
             raise RuntimeError("the outbox thread is busy: use run()")
         return fn(self._outbox, *args, **kwargs)
 

@@ -47,7 +47,7 @@ from typing import Any
 from ..config import PublishConfig
 from .outbox import AsyncOutbox, Outbox, Row
 from .disk import is_disk_full
-from .transport import Backoff, Transport, TransportError, reconnecting
+from .transport import Backoff, Transport, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,18 @@ class PublisherStats:
 class _Flight:
     rows: list[Row]
     done: asyncio.Future[None]  # the broker's acknowledgement (fails with Undelivered)
+
+
+@dataclass
+class _Session:
+    """What one connection's session holds: the rows read and not yet sent, the messages in
+    flight (oldest first), the id read up to, and the ids sent in the session before (resends)."""
+
+    transport: Transport
+    batcher: _Batcher
+    previous: set[int]
+    inflight: deque[_Flight] = field(default_factory=deque)
+    cursor: int = 0
 
 
 class _Batcher:
@@ -152,6 +164,7 @@ class Publisher:
         self._sleep = sleep
         self._wake = asyncio.Event()
         self._waiter: asyncio.Future[None] | None = None  # what the session waits on (_wait)
+        self._live: _Session | None = None  # the current session's state
         self._flush = False
         self._sessions = 0
         self._sent: set[int] = set()  # ids sent in the current session and not yet acknowledged
@@ -173,7 +186,11 @@ class Publisher:
         else:
             self._handed.extend(rows)
         self.idle.clear()
-        self._wake.set()
+        s = self._live
+        if s is not None and self._waiter is not None and self._handed and self._take(s):
+            self._pump(s)  # the session waits for records (_wait): they go out now, not a few loop turns later
+        else:
+            self._wake.set()
         _wake_up(self._waiter)
 
     def _take_handed(self, cursor: int, want: int) -> list[Row] | None:
@@ -209,36 +226,54 @@ class Publisher:
             self.stats.reconnects += 1
         self._sessions += 1
         previous, self._sent = self._sent, set()
-        batcher = _Batcher(self._batch_max, self._latency)
-        inflight: deque[_Flight] = deque()
-        cursor = 0
+        s = _Session(transport, _Batcher(self._batch_max, self._latency), previous)
         self._wake.set()  # read the outbox from its oldest record
         if self._ack_later:  # acknowledged before the last session ended: not to be read again
             await self._delete_acked()
+        self._live = s
         try:
             while True:
-                if self._wake.is_set() and batcher.size < self._lookahead:
+                if self._wake.is_set() and s.batcher.size < self._lookahead:
                     self._wake.clear()
-                    want = self._lookahead - batcher.size
-                    rows = self._take_handed(cursor, want)
-                    if rows is None:
-                        rows = await self._box.run(Outbox.peek, want, after=cursor)
-                    if rows:
-                        cursor = rows[-1].id
-                        batcher.add(rows)
-                    if len(rows) == want:
-                        self._wake.set()  # there may be more
-                now = time.time()
-                while len(inflight) < self._window and (batch := batcher.pop(now, self._flush)):
-                    inflight.append(self._send(transport, batch, previous))
-                if not inflight and not batcher.size and not self._wake.is_set() and not self._ack_later:
+                    if not self._take(s):
+                        await self._read(s)
+                now = self._pump(s)
+                if not s.inflight and not s.batcher.size and not self._wake.is_set() and not self._ack_later:
                     self.idle.set()
-                await self._wait(inflight, batcher, now)
-                await self._ack_completed(inflight)
+                await self._wait(s.inflight, s.batcher, now)
+                await self._ack_completed(s.inflight)
         finally:
-            for f in inflight:
+            self._live = None
+            for f in s.inflight:
                 f.done.cancel()
-            await asyncio.gather(*(f.done for f in inflight), return_exceptions=True)
+            await asyncio.gather(*(f.done for f in s.inflight), return_exceptions=True)
+
+    def _take(self, s: _Session) -> bool:
+        """Take the rows the writer handed over, if they continue the session's reading; False if
+        there are none such (then the outbox is to be read: :meth:`_read`)."""
+        want = self._lookahead - s.batcher.size
+        rows = self._take_handed(s.cursor, want)
+        self._add(s, rows or [], want)
+        return bool(rows)
+
+    async def _read(self, s: _Session) -> None:
+        """Read the next rows from the outbox (after the session's cursor)."""
+        want = self._lookahead - s.batcher.size
+        self._add(s, await self._box.run(Outbox.peek, want, after=s.cursor), want)
+
+    def _add(self, s: _Session, rows: list[Row], want: int) -> None:
+        if rows:
+            s.cursor = rows[-1].id
+            s.batcher.add(rows)
+        if len(rows) == want:
+            self._wake.set()  # there may be more
+
+    def _pump(self, s: _Session) -> float:
+        """Send what is due while the window has room; returns the time it went by."""
+        now = time.time()
+        while len(s.inflight) < self._window and (batch := s.batcher.pop(now, self._flush)):
+            s.inflight.append(self._send(s.transport, batch, s.previous))
+        return now
 
     def _send(self, transport: Transport, rows: list[Row], previous: set[int]) -> _Flight:
         """Publish one message. A transport with ``start_publish`` (MqttTransport) hands it to the
@@ -257,7 +292,7 @@ class Publisher:
             return _Flight(rows, asyncio.ensure_future(transport.publish(rows[0].topic, payload)))
         try:
             return _Flight(rows, start(rows[0].topic, payload))
-        except TransportError as exc:
+        except Exception as exc:  # noqa: BLE001 - not lost: raised in order by _ack_completed
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
             return _Flight(rows, failed)

@@ -378,17 +378,19 @@ class MqttTransport:
         raise aiomqtt.MqttError("connection lost")
 
     def start_publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> asyncio.Future[None]:
-        """Hand the message to the connection now (paho queues it; it goes out on this loop turn's
-        write) and return a future that is done once the broker acknowledged it (QoS 1: PUBACK),
+        """Hand the message to the connection and write it to the socket now (or as soon as the
+        socket takes it: :class:`_ReaderGate`), and return a future that is done once the broker acknowledged it (QoS 1: PUBACK),
         or fails with :class:`Undelivered` on a refusal, a timeout or a lost connection; raise
         :class:`Undelivered` at once when not connected. paho's publish and its PUBACK callback
         directly: one future and one timer per message, no task (module docstring: Speed)."""
         client, lost = self._client, self._lost
         if client is None or lost is None or lost.done():
             raise Undelivered(f"publish to {topic} not acknowledged: not connected")
-        info = client._client.publish(topic, payload, qos, retain)
+        paho = client._client
+        info = paho.publish(topic, payload, qos, retain)
         if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
             raise Undelivered(f"publish to {topic} not acknowledged: {paho_mqtt.error_string(info.rc)}")
+        paho.loop_write()  # out now (with anything queued before it); the turn's write then finds nothing
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         if qos == 0 or info.is_published():
