@@ -171,5 +171,5 @@ async def test_a_failed_inline_commit_sends_the_retry_to_the_outbox_thread(tmp_p
         finally:
             await w.stop()
     assert calls[:2] == [True, True] and not any(calls[2:]), calls
-    assert d.stats.outbox_full_waits == 1
+    assert d.stats.outbox_full_waits == 0  # (the entry went back to the writer, whose retry met room)
     assert w.handed == list(range(2))

@@ -170,10 +170,13 @@ class Daemon:
         self._queue: deque[_StoreEntry] = deque()
         self._queued = asyncio.Event()
         self._room = asyncio.Event()
-        self._idle = asyncio.Event()
+        self._idle = asyncio.Event()  # the writer has nothing in hand (an inline commit is over when it returns)
+        self._idle.set()
         self._last_entry = -math.inf  # (monotonic) when the newest store entry was queued
         self._quiet = False  # it came at least INLINE_QUIET after the one before
         self._inline_after = 0.0  # (monotonic) no inline commit before then: the last one was slow
+        self._writer_waiting = False  # the writer waits for the queue (not spacing its commits)
+        self._last_commit = -COMMIT_SPACING  # (loop time) when the last store transaction ended
         self._closing = False  # intake has stopped: store the rest even past max_records
         #: Random token in this process's retained status (and will): tells its own status from
         #: another streamguard's on the same topic.
@@ -294,15 +297,17 @@ class Daemon:
         stop-input, full): the wait holds back the caller's next intake, never this entry, so
         cancelling it loses nothing. The queue exceeds the limit by at most one entry per intake
         task."""
-        self._enqueue(rt, releases)
+        if self._enqueue(rt, releases) and not (self._commit_here() and self._commit_inline()):
+            self._queued.set()
         while len(self._queue) > STORE_QUEUE_LIMIT:
             self._room.clear()
             await self._room.wait()
 
-    def _enqueue(self, rt: StreamRuntime, releases: list[Any]) -> None:
+    def _enqueue(self, rt: StreamRuntime, releases: list[Any]) -> bool:
         """Append what ``rt`` decided since the last call to the store queue, synchronously (no
         await between a decision and its place in the queue: the queue is in decision order, so
-        each stream's records are in seq order)."""
+        each stream's records are in seq order). Returns whether an entry was queued; the caller
+        wakes the writer (``_queued``)."""
         marks = rt.mark_records()  # (also turns the marks into ledger events)
         name, topic, payload = rt.name, rt.data_topic(), rt.payload
         entry = _StoreEntry(
@@ -318,17 +323,19 @@ class Daemon:
             now = time.monotonic()
             self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
             self._queue.append(entry)
-            self._queued.set()
+            return True
+        return False
 
     async def _writer(self) -> None:
         """Group commit: everything queued while the previous transaction ran goes in the next one
         (one disk sync per group); only then can the publisher see the records."""
         assert self._box is not None and self._publisher is not None
         loop = asyncio.get_running_loop()
-        last = -COMMIT_SPACING
         while True:
+            self._writer_waiting = True
             await self._queued.wait()
-            if (wait := last + COMMIT_SPACING - loop.time()) > 0:  # (only above 1/COMMIT_SPACING commits per second)
+            self._writer_waiting = False
+            if (wait := self._last_commit + COMMIT_SPACING - loop.time()) > 0:  # (above 1/COMMIT_SPACING a second)
                 await asyncio.sleep(wait)
             self._queued.clear()
             self._idle.clear()  # busy: a flush must not return on the idle flag of the last round
@@ -338,16 +345,7 @@ class Daemon:
                 report = {e.stream for e in group if e.marks or e.aggregates}  # (persisting empties aggregates)
                 while True:
                     try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
-                        if self._commit_here(group):
-                            began, slow = time.monotonic(), True
-                            try:
-                                rows = self._box.run_here(self._persist, group, self._closing)
-                                slow = time.monotonic() - began > INLINE_MAX
-                            finally:  # (slow, or failed: a retry waits for room or the disk)
-                                if slow:
-                                    self._inline_after = time.monotonic() + INLINE_BACKOFF
-                        else:
-                            rows = await self._box.run(self._persist, group, self._closing)
+                        rows = await self._box.run(self._persist, group, self._closing)
                         break
                     except Full:  # stop-input: hold intake (the queue fills) until acks make room
                         self.stats.outbox_full_waits += 1
@@ -361,25 +359,56 @@ class Daemon:
                                 time.time() - self.stats.disk_full_since)
                     self.stats.disk_full_since = None
                     self.systemd.notify(STATUS="running: the disk has room again")
-                last = loop.time()
-                stored = sum(len(e.items) for e in group)
-                self.stats.stored += stored
-                if stored:
-                    self._publisher.notify(rows)
-                    if self.settings.stdout:  # the JSON-lines sink: stored, so never re-drawn
-                        sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
-                        sys.stdout.flush()
-                if report:
-                    self._status_urgent |= report
-                    self._status_dirty.set()
+                self._committed(group, rows, report)
             self._idle.set()
 
-    def _commit_here(self, group: list[_StoreEntry]) -> bool:
-        """Commit ``group`` on the loop's thread (INLINE_QUIET)? Only the newest entry, queued after
-        a quiet interval, with the outbox thread idle and no slow inline commit lately."""
-        assert self._box is not None
-        return (len(group) == 1 and not self._queue and self._quiet and self._box.idle
+    def _committed(self, group: list[_StoreEntry], rows: list[Row] | None, report: set[str]) -> None:
+        """After ``group``'s transaction: hand its records to the publisher (only now can it see
+        them), the JSON-lines sink, and refresh the statuses of the streams in ``report``."""
+        assert self._publisher is not None
+        self._last_commit = asyncio.get_running_loop().time()
+        stored = sum(len(e.items) for e in group)
+        self.stats.stored += stored
+        if stored:
+            self._publisher.notify(rows)
+            if self.settings.stdout:  # the JSON-lines sink: stored, so never re-drawn
+                sys.stdout.write("".join(it.payload.decode() + "\n" for e in group for it in e.items))
+                sys.stdout.flush()
+        if report:
+            self._status_urgent |= report
+            self._status_dirty.set()
+
+    def _commit_here(self) -> bool:
+        """Commit the queued entry at once, on the loop's thread (INLINE_QUIET)? Only a lone entry
+        queued after a quiet interval, while the writer waits for work (not spacing its commits),
+        the outbox thread is idle and no inline commit was slow or failed lately."""
+        return (self._writer_waiting and len(self._queue) == 1 and self._quiet
+                and self._box is not None and self._box.idle
+                and asyncio.get_running_loop().time() >= self._last_commit + COMMIT_SPACING
                 and time.monotonic() >= self._inline_after and self.stats.disk_full_since is None)
+
+    def _commit_inline(self) -> bool:
+        """Commit the lone queued entry on the loop's thread (AsyncOutbox.run_here), from the
+        intake that queued it: no writer wake-up, no thread switch, and the release is published
+        before the raw frame's PUBACK goes out. Returns False, with the entry back at the queue's
+        head for the writer (on the outbox thread, and with its error handling), if the commit
+        failed — nothing of the entry's records was stored then (``_persist`` retries only the
+        store); a failed or slow commit sends the next ones to the thread for INLINE_BACKOFF."""
+        assert self._box is not None
+        group = [self._queue.popleft()]
+        report = {e.stream for e in group if e.marks or e.aggregates}  # (persisting empties aggregates)
+        began, slow = time.monotonic(), True
+        try:
+            rows = self._box.run_here(self._persist, group, self._closing)
+            slow = time.monotonic() - began > INLINE_MAX
+        except Exception:  # noqa: BLE001 - the writer meets the same error and handles it
+            self._queue.appendleft(group[0])
+            return False
+        finally:
+            if slow:
+                self._inline_after = time.monotonic() + INLINE_BACKOFF
+        self._committed(group, rows, report)
+        return True
 
     async def _disk_full(self, exc: BaseException) -> None:
         """The disk is full (stream/disk.py): say so once, free the WAL files, wait and let the
@@ -758,7 +787,8 @@ class Daemon:
         await _stop_tasks([*workers, stopping], TASK_STOP_TIMEOUT)
         self._closing = True
         for rt in self.runtimes.values():
-            self._enqueue(rt, rt.drain())
+            if self._enqueue(rt, rt.drain()):
+                self._queued.set()
         if not writer.done():
             try:
                 async with asyncio.timeout_at(deadline - OFFLINE_RESERVE):
