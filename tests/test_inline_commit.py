@@ -1,9 +1,10 @@
 """Commits on the event loop's thread at a low rate (issue 15, latency; daemon.INLINE_QUIET).
 
-A lone store entry after a quiet interval is committed on the loop's own thread while the outbox
-thread is idle (AsyncOutbox.run_here), saving two thread switches; entries that come close
-together go to the outbox thread, where intake overlaps the disk sync; a slow inline commit sends
-commits to the thread for a while. The outbox connection must never be used by two threads at
+A lone store entry after a quiet interval is committed at once by the intake that queued it, on
+the loop's own thread, while the writer waits for work and the outbox thread is idle
+(Daemon._commit_inline, AsyncOutbox.run_here): no writer wake-up, no thread switch; entries that
+come close together go to the writer and the outbox thread, where intake overlaps the disk sync; a
+slow or failed inline commit sends commits to the thread for a while. The outbox connection must never be used by two threads at
 once, and a record is still handed to the publisher only after its commit returned.
 """
 
@@ -74,8 +75,9 @@ async def test_a_cancelled_queued_call_does_not_make_the_worker_look_idle(tmp_pa
 
 
 class _Writer:
-    """The daemon's writer task, with a publisher stand-in that checks each handed-over record is
-    committed, and a record of where each group was committed."""
+    """A restored daemon's writer task running, with a publisher stand-in that checks each
+    handed-over record is committed, and a record of where each group was committed (True: on the
+    loop's thread, inline)."""
 
     def __init__(self, d: Daemon, box: AsyncOutbox) -> None:
         self.d, self.box = d, box
@@ -99,6 +101,13 @@ class _Writer:
     async def frame(self, i: int) -> None:
         await self.d.handle_frame("s", f'{{"value":"{"ab"[i % 2]}","ts":{1.7e9 + i}}}'.encode())
 
+    async def feed(self, frames: range, gap: float) -> None:
+        """Frames ``gap`` seconds apart (0: one loop turn), then wait until all is stored."""
+        for i in frames:
+            await self.frame(i)
+            await asyncio.sleep(gap)
+        await self.settle()
+
     async def settle(self) -> None:
         for _ in range(200):
             if not self.d._queue and self.box.idle and self.d._idle.is_set():
@@ -115,16 +124,10 @@ async def test_quiet_lone_entries_commit_on_the_loop_and_a_burst_on_the_outbox_t
     async with restored(_settings(tmp_path)) as (d, box):
         w = _Writer(d, box)
         try:
-            for i in range(6):  # 20 ms apart: each entry is lone and quiet
-                await w.frame(i)
-                await asyncio.sleep(0.02)
-            await w.settle()
+            await w.feed(range(6), 0.02)  # 20 ms apart: each entry is lone and quiet
             quiet = list(w.on_loop)
             w.on_loop.clear()
-            for i in range(6, 60):  # one loop turn apart: the first is quiet, the others are not
-                await w.frame(i)
-                await asyncio.sleep(0)
-            await w.settle()
+            await w.feed(range(6, 60), 0)  # one loop turn apart: the first is quiet, the others are not
             burst = list(w.on_loop)
         finally:
             await w.stop()
@@ -138,10 +141,7 @@ async def test_a_slow_inline_commit_sends_commits_to_the_outbox_thread(tmp_path,
     async with restored(_settings(tmp_path)) as (d, box):
         w = _Writer(d, box)
         try:
-            for i in range(5):
-                await w.frame(i)
-                await asyncio.sleep(0.02)
-            await w.settle()
+            await w.feed(range(5), 0.02)
         finally:
             await w.stop()
     assert w.on_loop[0] and not any(w.on_loop[1:]), w.on_loop
@@ -164,10 +164,7 @@ async def test_a_failed_inline_commit_sends_the_retry_to_the_outbox_thread(tmp_p
 
         w.d._persist = full_once  # type: ignore[method-assign]
         try:
-            for i in range(3):
-                await w.frame(i)
-                await asyncio.sleep(0.2)
-            await w.settle()
+            await w.feed(range(3), 0.2)
         finally:
             await w.stop()
     assert calls[:2] == [True, True] and not any(calls[2:]), calls
