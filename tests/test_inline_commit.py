@@ -170,3 +170,16 @@ async def test_a_failed_inline_commit_sends_the_retry_to_the_outbox_thread(tmp_p
     assert calls[:2] == [True, True] and not any(calls[2:]), calls
     assert d.stats.outbox_full_waits == 0  # (the entry went back to the writer, whose retry met room)
     assert w.handed == list(range(2))
+
+
+async def test_no_inline_commit_once_the_writer_is_gone(tmp_path):
+    """Review finding (round 2): the writer cancelled while it waited (shutdown) must not leave the
+    intake committing inline behind it; a late entry stays queued."""
+    async with restored(_settings(tmp_path)) as (d, box):
+        w = _Writer(d, box)
+        await w.feed(range(2), 0.02)
+        await w.stop()
+        before = len(w.on_loop)
+        await asyncio.sleep(0.02)
+        await w.frame(2)
+        assert len(w.on_loop) == before and len(d._queue) == 1

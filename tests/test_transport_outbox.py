@@ -107,6 +107,16 @@ async def test_start_publish_hands_messages_over_at_once_and_returns_the_puback(
     assert got == [str(i).encode() for i in range(20)]
 
 
+async def test_a_failed_socket_write_is_undelivered(mosquitto: Broker) -> None:
+    """start_publish writes at once; an unexpected error of that write (which aiomqtt's own writer
+    would take as a lost connection) is Undelivered, so the publisher reconnects and resends."""
+    async with make_transport(mosquitto.broker_config(), "wf", will=False) as t:
+        assert t._client is not None
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(Undelivered, match="write failed: boom"):
+            mp.setattr(t._client._client, "loop_write", lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+            t.start_publish(f"{BASE}/wf/x", b"1")
+
+
 class _StartFailsOnce:
     """A transport whose start_publish fails (``error``: not connected) at its third call, once;
     the others are acknowledged at once."""

@@ -333,8 +333,10 @@ class Daemon:
         loop = asyncio.get_running_loop()
         while True:
             self._writer_waiting = True
-            await self._queued.wait()
-            self._writer_waiting = False
+            try:
+                await self._queued.wait()
+            finally:  # (cancelled at shutdown: no inline commit after the writer has gone)
+                self._writer_waiting = False
             if (wait := self._last_commit + COMMIT_SPACING - loop.time()) > 0:  # (above 1/COMMIT_SPACING a second)
                 await asyncio.sleep(wait)
             self._queued.clear()

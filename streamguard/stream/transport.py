@@ -390,7 +390,10 @@ class MqttTransport:
         info = paho.publish(topic, payload, qos, retain)
         if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
             raise Undelivered(f"publish to {topic} not acknowledged: {paho_mqtt.error_string(info.rc)}")
-        paho.loop_write()  # out now (with anything queued before it); the turn's write then finds nothing
+        try:  # out now (with anything queued before it); the turn's write then finds nothing
+            paho.loop_write()
+        except Exception as exc:  # (aiomqtt's own writer takes any such error as a lost connection)
+            raise Undelivered(f"publish to {topic} not acknowledged: write failed: {exc}") from exc
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         if qos == 0 or info.is_published():
