@@ -176,7 +176,7 @@ class Daemon:
         self._quiet = False  # it came at least INLINE_QUIET after the one before
         self._inline_after = 0.0  # (monotonic) no inline commit before then: the last one was slow
         self._writer_waiting = False  # the writer waits for the queue (not spacing its commits)
-        self._last_commit = -COMMIT_SPACING  # (loop time) when the last store transaction ended
+        self._last_commit = -COMMIT_SPACING  # (monotonic) when the last store transaction ended
         self._closing = False  # intake has stopped: store the rest even past max_records
         #: Random token in this process's retained status (and will): tells its own status from
         #: another streamguard's on the same topic.
@@ -330,21 +330,20 @@ class Daemon:
         """Group commit: everything queued while the previous transaction ran goes in the next one
         (one disk sync per group); only then can the publisher see the records."""
         assert self._box is not None and self._publisher is not None
-        loop = asyncio.get_running_loop()
         while True:
             self._writer_waiting = True
             try:
                 await self._queued.wait()
             finally:  # (cancelled at shutdown: no inline commit after the writer has gone)
                 self._writer_waiting = False
-            if (wait := self._last_commit + COMMIT_SPACING - loop.time()) > 0:  # (above 1/COMMIT_SPACING a second)
+            if (wait := self._last_commit + COMMIT_SPACING - time.monotonic()) > 0:  # (above 1/COMMIT_SPACING a second)
                 await asyncio.sleep(wait)
             self._queued.clear()
             self._idle.clear()  # busy: a flush must not return on the idle flag of the last round
             while self._queue:
                 group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
                 self._room.set()
-                report = {e.stream for e in group if e.marks or e.aggregates}  # (persisting empties aggregates)
+                report = _reported(group)
                 while True:
                     try:  # (once intake has stopped, a full stop-input outbox takes the group anyway)
                         rows = await self._box.run(self._persist, group, self._closing)
@@ -368,7 +367,7 @@ class Daemon:
         """After ``group``'s transaction: hand its records to the publisher (only now can it see
         them), the JSON-lines sink, and refresh the statuses of the streams in ``report``."""
         assert self._publisher is not None
-        self._last_commit = asyncio.get_running_loop().time()
+        self._last_commit = time.monotonic()
         stored = sum(len(e.items) for e in group)
         self.stats.stored += stored
         if stored:
@@ -386,8 +385,8 @@ class Daemon:
         the outbox thread is idle and no inline commit was slow or failed lately."""
         return (self._writer_waiting and len(self._queue) == 1 and self._quiet
                 and self._box is not None and self._box.idle
-                and asyncio.get_running_loop().time() >= self._last_commit + COMMIT_SPACING
-                and time.monotonic() >= self._inline_after and self.stats.disk_full_since is None)
+                and time.monotonic() >= max(self._last_commit + COMMIT_SPACING, self._inline_after)
+                and self.stats.disk_full_since is None)
 
     def _commit_inline(self) -> bool:
         """Commit the lone queued entry on the loop's thread (AsyncOutbox.run_here), from the
@@ -398,7 +397,7 @@ class Daemon:
         store); a failed or slow commit sends the next ones to the thread for INLINE_BACKOFF."""
         assert self._box is not None
         group = [self._queue.popleft()]
-        report = {e.stream for e in group if e.marks or e.aggregates}  # (persisting empties aggregates)
+        report = _reported(group)
         began, slow = time.monotonic(), True
         try:
             rows = self._box.run_here(self._persist, group, self._closing)
@@ -897,6 +896,12 @@ class _Aggregate:
     rt: StreamRuntime
     query: int
     release: AggregateRelease
+
+
+def _reported(group: list[_StoreEntry]) -> set[str]:
+    """The streams whose status a stored ``group`` refreshes at once: those with marks or
+    aggregates (taken before persisting, which empties the aggregates)."""
+    return {e.stream for e in group if e.marks or e.aggregates}
 
 
 async def _stop_tasks(tasks: list[asyncio.Task[Any]], timeout: float) -> None:
