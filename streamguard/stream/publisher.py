@@ -36,18 +36,16 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import contextlib
-import functools
 import logging
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..config import PublishConfig
 from .outbox import AsyncOutbox, Outbox, Row
 from .disk import is_disk_full
-from .transport import Backoff, Transport, reconnecting
+from .transport import Backoff, Transport, _settle, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +189,7 @@ class Publisher:
             self._pump(s)  # the session waits for records (_wait): they go out now, not a few loop turns later
         else:
             self._wake.set()
-        _wake_up(self._waiter)
+        _settle(self._waiter)
 
     def _take_handed(self, cursor: int, want: int) -> list[Row] | None:
         """Up to ``want`` handed-over rows from id ``cursor + 1`` on, or None when they do not start
@@ -315,7 +313,9 @@ class Publisher:
             return
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        wake = functools.partial(_wake_up, waiter)
+        def wake(_: object = None) -> None:  # (also the oldest flight's done-callback)
+            _settle(waiter)
+
         oldest = inflight[0].done if inflight else None
         if oldest is not None:
             oldest.add_done_callback(wake)
@@ -368,9 +368,3 @@ class Publisher:
             self._sent.difference_update(ids)
             self._ack_later = []
 
-
-def _wake_up(fut: asyncio.Future[Any] | None, *_: object) -> None:
-    """Resolve ``fut`` unless it is None or already done (a wake-up; extra arguments ignored:
-    it is also a done-callback)."""
-    if fut is not None and not fut.done():
-        fut.set_result(None)

@@ -47,9 +47,9 @@ implements it on aiomqtt 2.x. Semantics:
   connection's :class:`_Inbox`, paho's ``on_publish`` resolves one future per publish (which
   :meth:`MqttTransport.start_publish` returns: the publisher needs no task per message), aiomqtt's
   socket registrations run with ``call_soon`` on the loop thread (no self-pipe wake-up), paho reads
-  its packets from one 64 KiB ``recv`` (:class:`_RecvBuffer`), and a write queued in one loop turn
-  goes out on the next without registering the socket unless its buffer is full
-  (:class:`_ReaderGate`). These use paho internals: paho-mqtt is pinned in pyproject.toml.
+  its packets from one 64 KiB ``recv`` (:class:`_RecvBuffer`), a publish is written at once and
+  any other write queued in one loop turn goes out on the next, without registering the socket
+  unless its buffer is full (:class:`_ReaderGate`). These use paho internals: paho-mqtt is pinned in pyproject.toml.
 
 Errors form one family: :class:`TransportError`, with :class:`ConnectFailed` (and its permanent
 kind :class:`ConnectRefused`) and :class:`Undelivered`. Nothing here logs a payload.
@@ -379,10 +379,11 @@ class MqttTransport:
 
     def start_publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> asyncio.Future[None]:
         """Hand the message to the connection and write it to the socket now (or as soon as the
-        socket takes it: :class:`_ReaderGate`), and return a future that is done once the broker acknowledged it (QoS 1: PUBACK),
-        or fails with :class:`Undelivered` on a refusal, a timeout or a lost connection; raise
-        :class:`Undelivered` at once when not connected. paho's publish and its PUBACK callback
-        directly: one future and one timer per message, no task (module docstring: Speed)."""
+        socket takes it: :class:`_ReaderGate`), and return a future that is done once the broker
+        acknowledged it (QoS 1: PUBACK), or fails with :class:`Undelivered` on a refusal, a timeout
+        or a lost connection; raise :class:`Undelivered` at once when not connected. paho's
+        publish and its PUBACK callback directly: one future and one timer per message, no task
+        (module docstring: Speed)."""
         client, lost = self._client, self._lost
         if client is None or lost is None or lost.done():
             raise Undelivered(f"publish to {topic} not acknowledged: not connected")
