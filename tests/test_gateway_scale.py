@@ -157,3 +157,37 @@ async def test_a_restart_with_frames_queued_for_many_streams_handles_them_all(re
         await until(lambda: d._inputs_ready.is_set() or task.done(), 30, "the subscriptions")
         assert not task.done()
         assert first + d.stats.frames >= n * per  # (a frame handled but not acknowledged comes again)
+
+
+async def test_a_status_round_of_many_streams_lets_the_loop_serve_between_slices(tmp_path, monkeypatch):
+    """A round computes STATUS_SLICE statuses at a time and gives the event loop back between
+    slices: a round of 1,000 statuses computed in one go held every frame back for up to 200 ms
+    (bench_gateway). A task that counts the loop's turns sees at most STATUS_SLICE statuses
+    computed in any one turn, and every stream's status is still published once."""
+    n = 40
+    settings = _settings(tmp_path, n)
+    rec = _Recorder()
+    turns, at_turn = [0], []
+
+    async def spin() -> None:
+        while True:
+            await asyncio.sleep(0)
+            turns[0] += 1
+
+    async def scenario(d: Daemon, box) -> None:
+        d._publisher = SimpleNamespace(stats=PublisherStats())
+        payload = d._payload
+        monkeypatch.setattr(d, "_payload", lambda *a: (at_turn.append(turns[0]), payload(*a))[1])
+        spinner = asyncio.create_task(spin())
+        task = asyncio.create_task(d._status_loop(rec))
+        try:
+            await until(lambda: len(rec.published) == n, 10, "the first round")
+        finally:
+            task.cancel()
+            spinner.cancel()
+            await asyncio.gather(task, spinner, return_exceptions=True)
+
+    await _started(settings, scenario)
+    assert len(at_turn) == n
+    assert max(at_turn.count(t) for t in set(at_turn)) <= daemon_module.STATUS_SLICE < n
+    assert sorted(t for t, _ in rec.published) == sorted(f"t/gw/s{i}/privacy" for i in range(n))
