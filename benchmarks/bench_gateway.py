@@ -20,7 +20,10 @@ pipeline processes, producer/consumer harness and open loop it reuses) and measu
     the passthrough relay, one at a time on the same core through the same broker. Reported: the
     pipeline process's CPU share of one core (CPU seconds ÷ wall seconds, from /proc, event-loop
     thread and SQLite thread), CPU µs per record, its idle CPU share with no traffic (the ticker
-    and status work per stream), RSS (VmRSS, and the peak VmHWM) at the end, and latency.
+    and status work per stream), RSS (VmRSS, and the peak VmHWM) at the end, and latency. A third
+    pipeline is the daemon with ``outbox.commit_delay_ms = GROUP_COMMIT_MS`` (group commit: the
+    records decided within that time share one disk sync), the operator's trade of latency for
+    CPU; its rows are info.
 
 Targets (PASS/MISS) and where they come from:
 
@@ -112,6 +115,7 @@ RSS_TARGET_MB = 250.0
 PER_STREAM_TARGET_KB = 64.0
 START_TARGET_S = 5.0
 START_RSS_TARGET_MB = 180.0
+GROUP_COMMIT_MS = 50.0  # the group-commit pipeline's outbox.commit_delay_ms
 
 
 @dataclass(frozen=True)
@@ -340,10 +344,15 @@ async def measure_gateway(broker: Mosquitto, workdir: Path, cpu: int | None, siz
                           left_horizon: int, states: np.ndarray) -> list[dict[str, Any]]:
     out = []
     for S in GATEWAY_STREAMS:
-        for kind in ("relay", "daemon"):
-            progress(f"{S} streams at {RATE_PER_STREAM:g} record/s each: {kind}")
-            p = Pipeline(PipelineSpec(kind, f"gw-{kind}-{S}", S), workdir, broker.port, cpu, None, left_horizon)
-            out.append(await gateway_run(p, broker, states, sizes))
+        for kind, delay_ms in (("relay", 0.0), ("daemon", 0.0), ("daemon", GROUP_COMMIT_MS)):
+            label = f"gw-{kind}-{S}" + (f"-group{delay_ms:g}" if delay_ms else "")
+            progress(f"{S} streams at {RATE_PER_STREAM:g} record/s each: {kind}"
+                     + (f", outbox.commit_delay_ms {delay_ms:g}" if delay_ms else ""))
+            p = Pipeline(PipelineSpec(kind, label, S, commit_delay_ms=delay_ms), workdir, broker.port, cpu, None,
+                         left_horizon)
+            r = await gateway_run(p, broker, states, sizes)
+            r["commit_delay_ms"] = delay_ms
+            out.append(r)
     return out
 
 
@@ -371,7 +380,9 @@ def gateway_table(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
         c, lat = r.get("cpu", {}), r["latency"]
-        out.append([r["streams"], "privatized" if r["pipeline"] == "daemon" else "passthrough",
+        name = "passthrough" if r["pipeline"] != "daemon" else "privatized" + (
+            f", commit_delay_ms {r['commit_delay_ms']:g}" if r.get("commit_delay_ms") else "")
+        out.append([r["streams"], name,
                     _f(c.get("pipeline_busy"), ".1%"), _f(c.get("pipeline_us"), ".0f"),
                     f"{_f(c.get('pipeline_loop_us'), '.0f')} + {_f(c.get('pipeline_threads_us'), '.0f')}",
                     _f(r["idle_share"], ".2%"), _mb(r["memory"]), _mb(r["memory"], "VmHWM"),
@@ -386,8 +397,9 @@ def gateway_table(rows: list[dict[str, Any]]) -> str:
 def targets(gateway: list[dict[str, Any]], startup: list[dict[str, Any]], probe: dict[str, Any]) -> list[list[Any]]:
     nan = float("nan")
 
-    def row(S: int, kind: str) -> dict[str, Any]:
-        return next(r for r in gateway if r["streams"] == S and r["pipeline"] == kind)
+    def row(S: int, kind: str, delay_ms: float = 0.0) -> dict[str, Any]:
+        return next(r for r in gateway if r["streams"] == S and r["pipeline"] == kind
+                    and r.get("commit_delay_ms", 0.0) == delay_ms)
 
     def share(r: dict[str, Any]) -> float:
         return r.get("cpu", {}).get("pipeline_busy", nan)
@@ -408,6 +420,12 @@ def targets(gateway: list[dict[str, Any]], startup: list[dict[str, Any]], probe:
         out.append([f"CPU share privatized ÷ passthrough, {S:,} streams ≤ {RELAY_RATIO_TARGET:g}",
                     f"{_f(ratio, '.2f')} ({_f(share(d), '.1%')} vs {_f(share(r), '.1%')}{short(d, r)})",
                     verdict(ratio <= RELAY_RATIO_TARGET and complete(d, r))])
+    for S in GATEWAY_STREAMS:  # (no target: the operator's trade of latency for CPU)
+        g, d, r = row(S, "daemon", GROUP_COMMIT_MS), row(S, "daemon"), row(S, "relay")
+        out.append([f"with outbox.commit_delay_ms {GROUP_COMMIT_MS:g}, {S:,} streams: CPU share ÷ passthrough; p50",
+                    f"{_f(share(g) / share(r), '.2f')} ({_f(share(g), '.1%')}, without {_f(share(d), '.1%')}{short(g)}); "
+                    f"p50 {_f(g['latency'].get('p50', nan) * 1e3, '.1f')} ms (without "
+                    f"{_f(d['latency'].get('p50', nan) * 1e3, '.1f')} ms)", "info"])
     out.append([f"idle CPU share, {GATEWAY_STREAMS[-1]:,} streams ≤ {IDLE_TARGET:.0%}", _f(big["idle_share"], ".2%"),
                 verdict(big["idle_share"] <= IDLE_TARGET)])
     rss_big = big["memory"].get("VmRSS", nan)

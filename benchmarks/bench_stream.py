@@ -288,7 +288,7 @@ async def _serve_daemon(spec: dict[str, Any], stop: asyncio.Event) -> dict[str, 
     settings = Settings(
         device=spec["device"], topic_base=BASE, log_level="WARNING",
         broker={"host": HOST, "port": spec["port"]},
-        outbox={"path": Path(spec["outbox_dir"]) / "outbox.sqlite"},
+        outbox={"path": Path(spec["outbox_dir"]) / "outbox.sqlite", "commit_delay_ms": spec["commit_delay_ms"]},
         publish={"window": spec["window"], "batch_max": spec["batch"]},
         streams=[{"name": name, "labels": list(LABELS), "model": {"alpha": ALPHA, "beta": BETA},
                   "epsilon": EPS, "design": DESIGN, "delay": spec["delay"], "source": "mqtt"}
@@ -375,6 +375,7 @@ class PipelineSpec:
     #: Frames per raw message (a JSON list when > 1) and the daemon's publish.batch_max; the relay
     #: forwards the lists unchanged.
     batch: int = 1
+    commit_delay_ms: float = 0.0  # daemon: outbox.commit_delay_ms (group commit)
 
 
 class Pipeline:
@@ -406,6 +407,7 @@ class Pipeline:
             self.outbox_fs = _filesystem(self.outbox_dir)
         spec = {"kind": self.spec.kind, "device": self.device, "port": self.port, "streams": self.spec.streams,
                 "delay": self.delay, "window": self.spec.window, "batch": self.spec.batch,
+                "commit_delay_ms": self.spec.commit_delay_ms,
                 "outbox_dir": self.outbox_dir, "cpu": self.cpu,
                 "profile": None if self.profile is None else str(self.profile)}
         path = self.workdir / f"{self.spec.label}.json"

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from daemon_harness import restored
+from daemon_harness import restored, until
 
 from streamguard.config import Settings
 from streamguard.stream import daemon as daemon_module
@@ -183,3 +184,26 @@ async def test_no_inline_commit_once_the_writer_is_gone(tmp_path):
         await asyncio.sleep(0.02)
         await w.frame(2)
         assert len(w.on_loop) == before and len(d._queue) == 1
+
+
+async def test_a_commit_delay_groups_what_is_decided_meanwhile_into_one_transaction(tmp_path):
+    """``outbox.commit_delay_ms`` (group commit): the writer waits that long after the oldest
+    queued entry, so entries decided meanwhile share one transaction and one disk sync; nothing
+    commits inline, nothing is handed over before its commit, and nothing waits much longer."""
+    base = _settings(tmp_path)
+    settings = base.model_copy(update={"outbox": base.outbox.model_copy(update={"commit_delay_ms": 250.0})})
+    async with restored(settings) as (d, box):
+        w = _Writer(d, box)
+        try:
+            t0 = time.monotonic()
+            for i in range(8):  # 8 entries within ~80 ms
+                await w.frame(i)
+                await asyncio.sleep(0.01)
+            assert not w.on_loop  # (still waiting out the delay)
+            await until(lambda: len(w.handed) == 7, 5, "the first group")
+            first = time.monotonic() - t0
+            await w.feed(range(8, 10), 0.0)  # later entries: a group of their own
+        finally:
+            await w.stop()
+    assert first >= 0.25 and len(w.on_loop) == 2 and not any(w.on_loop), (first, w.on_loop)
+    assert w.handed == list(range(9))

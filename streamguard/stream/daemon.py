@@ -180,6 +180,7 @@ class Daemon:
         self._last_entry = -math.inf  # (monotonic) when the newest store entry was queued
         self._quiet = False  # it came at least INLINE_QUIET after the one before
         self._inline_after = 0.0  # (monotonic) no inline commit before then: the last one was slow
+        self._commit_delay = settings.outbox.commit_delay_ms / 1e3  # (group commit: _commit_wait)
         self._writer_waiting = False  # the writer waits for the queue (not spacing its commits)
         self._last_commit = -COMMIT_SPACING  # (monotonic) when the last store transaction ended
         self._closing = False  # intake has stopped: store the rest even past max_records
@@ -327,6 +328,7 @@ class Daemon:
         if entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates:
             now = time.monotonic()
             self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
+            entry.queued = now
             self._queue.append(entry)
             return True
         return False
@@ -341,7 +343,7 @@ class Daemon:
                 await self._queued.wait()
             finally:  # (cancelled at shutdown: no inline commit after the writer has gone)
                 self._writer_waiting = False
-            if (wait := self._last_commit + COMMIT_SPACING - time.monotonic()) > 0:  # (above 1/COMMIT_SPACING a second)
+            if (wait := self._commit_wait()) > 0:
                 await asyncio.sleep(wait)
             self._queued.clear()
             self._idle.clear()  # busy: a flush must not return on the idle flag of the last round
@@ -368,6 +370,16 @@ class Daemon:
                 self._committed(group, rows, report)
             self._idle.set()
 
+    def _commit_wait(self) -> float:
+        """Seconds before the writer's next transaction: COMMIT_SPACING after the last one
+        (above 1/COMMIT_SPACING groups a second), and with ``outbox.commit_delay_ms`` that long
+        after the oldest queued entry was queued (group commit; not while shutting down)."""
+        now = time.monotonic()
+        wait = self._last_commit + COMMIT_SPACING - now
+        if self._commit_delay and self._queue and not self._closing:
+            wait = max(wait, self._queue[0].queued + self._commit_delay - now)
+        return wait
+
     def _committed(self, group: list[_StoreEntry], rows: list[Row] | None, report: set[str]) -> None:
         """After ``group``'s transaction: hand its records to the publisher (only now can it see
         them), the JSON-lines sink, and refresh the statuses of the streams in ``report``."""
@@ -387,8 +399,9 @@ class Daemon:
     def _commit_here(self) -> bool:
         """Commit the queued entry at once, on the loop's thread (INLINE_QUIET)? Only a lone entry
         queued after a quiet interval, while the writer waits for work (not spacing its commits),
-        the outbox thread is idle and no inline commit was slow or failed lately."""
-        return (self._writer_waiting and len(self._queue) == 1 and self._quiet
+        the outbox thread is idle, no inline commit was slow or failed lately and no group commit
+        is asked for (``outbox.commit_delay_ms``)."""
+        return (self._writer_waiting and len(self._queue) == 1 and self._quiet and not self._commit_delay
                 and self._box is not None and self._box.idle
                 and time.monotonic() >= max(self._last_commit + COMMIT_SPACING, self._inline_after)
                 and self.stats.disk_full_since is None)
@@ -913,6 +926,7 @@ class _StoreEntry:
     events: list[Event]
     aggregates: list[_Aggregate]
     newest: float | None = None  # the stream's newest step time (persisted: redeliveries after a restart)
+    queued: float = 0.0  # (monotonic) when it was queued
 
 
 @dataclass
