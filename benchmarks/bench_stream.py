@@ -294,7 +294,7 @@ async def _serve_daemon(spec: dict[str, Any], stop: asyncio.Event) -> dict[str, 
                   "epsilon": EPS, "design": DESIGN, "delay": spec["delay"], "source": "mqtt"}
                  for name in stream_names(spec["streams"])],
     )
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, freeze_heap=True)  # (as `streamguard run`: the process is the daemon)
     await daemon.run(stop)
     publisher = getattr(daemon, "_publisher", None)  # read-only: its counters (resends, reconnects)
     return {

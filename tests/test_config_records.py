@@ -44,6 +44,8 @@ def test_example_loads_and_environment_overrides_nested_keys(monkeypatch):
         ('labels = ["vacant", "occupied"]', 'labels = ["a", "b", "c"]', "streams[occupancy]"),
         ("port = 1883", 'port = "x"', "broker.port"),
         ('overflow = "drop-oldest"', 'overflow = "sometimes"', "outbox.overflow"),
+        ("commit_delay_ms = 0 ", "commit_delay_ms = 0.5 ", "outbox.commit_delay_ms"),
+        ("commit_delay_ms = 0 ", "commit_delay_ms = 5000 ", "outbox.commit_delay_ms"),
         ('device = "kitchen-pi"', 'device = "kitchen pi"', "device"),
         ('start = "23:00"', 'start = "25:00"', "streams[occupancy].schedule[0].start"),
         ('design = "optimal"', 'design = "best"', "streams[occupancy].design"),

@@ -1,8 +1,8 @@
-"""The daemon serves with start-up's objects out of the garbage collector's sight (issue 15;
-daemon._frozen_heap): a full collection no longer walks the ~100 k objects of modules, numba and
-the plans — 50–77 ms with the event loop stopped, several times a minute under load — and the
-process gets them back when it stops serving (a daemon embedded in a longer-lived process, as in
-these tests, leaves nothing frozen behind)."""
+"""``streamguard run`` serves with start-up's objects out of the garbage collector's sight
+(issue 15; Daemon's ``freeze_heap``, daemon._frozen_heap): a full collection no longer walks the
+~100 k objects of modules, numba and the plans — 50–77 ms with the event loop stopped, several
+times a minute under load — and they are given back when it stops serving. A daemon embedded in
+another process (the default) leaves that process's collector alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from brokers import Broker
 from daemon_harness import daemon_running, publish_all, until
 
-from streamguard.config import Settings
+from streamguard.config import BrokerConfig, Settings
 
 
 def _visible(obj: object) -> bool:
@@ -22,13 +22,17 @@ def _visible(obj: object) -> bool:
     return any(o is obj for o in gc.get_objects())
 
 
+def _settings(cfg: BrokerConfig, tmp_path: Path) -> Settings:
+    return Settings(device="gcf", topic_base="sggc", broker=cfg, outbox={"path": tmp_path / "o.sqlite"},
+                    streams=[{"name": "s", "labels": ["off", "on"], "source": "mqtt", "epsilon": 1.0,
+                              "model": {"alpha": 0.1, "beta": 0.2}}])
+
+
 async def test_start_up_objects_are_frozen_while_serving_and_given_back(mosquitto: Broker, tmp_path: Path) -> None:
     cfg = mosquitto.broker_config()
-    settings = Settings(device="gcf", topic_base="sggc", broker=cfg, outbox={"path": tmp_path / "o.sqlite"},
-                        streams=[{"name": "s", "labels": ["off", "on"], "source": "mqtt", "epsilon": 1.0,
-                                  "model": {"alpha": 0.1, "beta": 0.2}}])
+    settings = _settings(cfg, tmp_path)
     assert gc.get_freeze_count() == 0
-    async with daemon_running(settings) as (daemon, _, task):
+    async with daemon_running(settings, freeze_heap=True) as (daemon, _, task):
         await until(daemon._inputs_ready.is_set, 20, "the input subscription")
         core = daemon.runtimes["s"].core  # built at start-up (a tracked object: it holds dicts and deques)
         assert gc.is_tracked(core)
@@ -40,3 +44,10 @@ async def test_start_up_objects_are_frozen_while_serving_and_given_back(mosquitt
         assert gc.collect() >= 0 and not _visible(core)  # (a full collection while serving)
     assert task.done() and task.exception() is None
     assert gc.get_freeze_count() == 0 and _visible(core)
+
+
+async def test_an_embedded_daemon_leaves_the_collector_alone(mosquitto: Broker, tmp_path: Path) -> None:
+    async with daemon_running(_settings(mosquitto.broker_config(), tmp_path)) as (daemon, _, task):
+        await until(daemon._inputs_ready.is_set, 20, "the input subscription")
+        assert gc.get_freeze_count() == 0 and _visible(daemon.runtimes["s"].core)
+    assert task.done() and task.exception() is None

@@ -11,6 +11,7 @@ once, and a record is still handed to the publisher only after its commit return
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from streamguard.config import Settings
 from streamguard.stream import daemon as daemon_module
 from streamguard.stream.daemon import Daemon
 from streamguard.stream.outbox import AsyncOutbox, Full, Item, Outbox
+from streamguard.stream.publisher import PublisherStats
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -186,13 +188,16 @@ async def test_no_inline_commit_once_the_writer_is_gone(tmp_path):
         assert len(w.on_loop) == before and len(d._queue) == 1
 
 
+def _delayed(tmp_path: Path, ms: float) -> Settings:
+    base = _settings(tmp_path)
+    return base.model_copy(update={"outbox": base.outbox.model_copy(update={"commit_delay_ms": ms})})
+
+
 async def test_a_commit_delay_groups_what_is_decided_meanwhile_into_one_transaction(tmp_path):
     """``outbox.commit_delay_ms`` (group commit): the writer waits that long after the oldest
     queued entry, so entries decided meanwhile share one transaction and one disk sync; nothing
     commits inline, nothing is handed over before its commit, and nothing waits much longer."""
-    base = _settings(tmp_path)
-    settings = base.model_copy(update={"outbox": base.outbox.model_copy(update={"commit_delay_ms": 250.0})})
-    async with restored(settings) as (d, box):
+    async with restored(_delayed(tmp_path, 250.0)) as (d, box):
         w = _Writer(d, box)
         try:
             t0 = time.monotonic()
@@ -207,3 +212,79 @@ async def test_a_commit_delay_groups_what_is_decided_meanwhile_into_one_transact
             await w.stop()
     assert first >= 0.25 and len(w.on_loop) == 2 and not any(w.on_loop), (first, w.on_loop)
     assert w.handed == list(range(9))
+
+
+async def test_entries_decided_during_a_group_commit_wait_out_their_own_delay(tmp_path):
+    """Review finding (group commit): what was queued while a transaction ran waits its own delay
+    instead of getting a transaction (and a disk sync) of its own right after."""
+    async with restored(_delayed(tmp_path, 250.0)) as (d, box):
+        w = _Writer(d, box)
+        persist = d._persist
+
+        def slow(b: Outbox, group, closing=False):  # (a slow disk: frames arrive during each transaction)
+            time.sleep(0.06)
+            return persist(b, group, closing)
+
+        d._persist = slow  # type: ignore[method-assign]
+        try:
+            await w.feed(range(50), 0.01)  # ~0.5 s of frames: groups of ~250 ms
+        finally:
+            await w.stop()
+    assert 2 <= len(w.on_loop) <= 4, len(w.on_loop)
+    assert w.handed == list(range(49))
+
+
+async def test_a_private_mark_does_not_wait_out_the_commit_delay(tmp_path):
+    """Review finding (group commit): a private command is acknowledged once handled; its mark
+    must be on disk at once, not after the delay (a power cut would lose it, and the records after
+    it would be published without its protection). The records queued before it go with it."""
+    async with restored(_delayed(tmp_path, 1000.0)) as (d, box):
+        w = _Writer(d, box)
+        try:
+            for i in range(4):
+                await w.frame(i)
+            t0 = time.monotonic()
+            await d.handle_command("s", b'{"private": "now"}')
+            await until(lambda: box._outbox.marks("s") != {}, 0.5, "the mark on disk")
+            took = time.monotonic() - t0
+            await w.settle()
+        finally:
+            await w.stop()
+    assert took < 0.5 and w.handed == list(range(3))
+
+
+async def test_statuses_count_only_committed_draws(tmp_path):
+    """Review finding: a privacy status reports the released and redacted counts of committed
+    decisions only — a draw still waiting for its commit (a crash could lose it and the restart
+    draw again) is not counted yet."""
+    async with restored(_delayed(tmp_path, 1000.0)) as (d, box):
+        w = _Writer(d, box)
+        d._publisher.stats = PublisherStats()  # (the status reads the publisher's counters)
+        rt = d.runtimes["s"]
+        try:
+            for i in range(5):
+                await w.frame(i)
+            decided = rt.counters.released + rt.counters.redacted
+            before = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
+            await w.settle()
+            after = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
+        finally:
+            await w.stop()
+    assert decided == 4 and before["released"] + before["redacted"] == 0
+    assert (after["released"], after["redacted"]) == (rt.counters.released, rt.counters.redacted)
+
+
+async def test_the_shutdown_flush_does_not_wait_out_the_commit_delay(tmp_path):
+    async with restored(_delayed(tmp_path, 1000.0)) as (d, box):
+        w = _Writer(d, box)
+        try:
+            await w.frame(0)
+            await w.frame(1)
+            await asyncio.sleep(0.05)  # (the writer is in its wait)
+            t0 = time.monotonic()
+            d._closing = True
+            await d._flush_stores()
+            took = time.monotonic() - t0
+        finally:
+            await w.stop()
+    assert took < 0.5 and w.handed == [0]

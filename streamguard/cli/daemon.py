@@ -127,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
-        await Daemon(settings, extra_sources=sources).run(stop)
+        await Daemon(settings, extra_sources=sources, freeze_heap=True).run(stop)  # (this process is the daemon)
 
     try:
         asyncio.run(main())

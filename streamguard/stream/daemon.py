@@ -155,8 +155,12 @@ class Daemon:
     """
 
     def __init__(self, settings: Settings, *, extra_sources: list[FrameSource] | None = None,
-                 ingest: IngestHub | None = None) -> None:
+                 ingest: IngestHub | None = None, freeze_heap: bool = False) -> None:
+        """``freeze_heap``: serve with start-up's objects frozen (:func:`_frozen_heap`) — a change to
+        the whole process's garbage collector, for a process that is this daemon (``streamguard
+        run``), not for one that embeds it."""
         self.settings = settings
+        self._freeze_heap = freeze_heap
         self.extra_sources = list(extra_sources or [])
         self.stats = DaemonStats()
         self.runtimes: dict[str, StreamRuntime] = {}
@@ -181,6 +185,11 @@ class Daemon:
         self._quiet = False  # it came at least INLINE_QUIET after the one before
         self._inline_after = 0.0  # (monotonic) no inline commit before then: the last one was slow
         self._commit_delay = settings.outbox.commit_delay_ms / 1e3  # (group commit: _commit_wait)
+        #: Cuts the writer's wait short: an entry that must not wait (_StoreEntry.urgent), the shutdown.
+        self._hurry = asyncio.Event()
+        #: Per stream, (released, redacted) as of its last committed entry: what the privacy status
+        #: reports, so that it never counts a draw that a crash could still lose and re-draw.
+        self._stored_counts: dict[str, tuple[int, int]] = {}
         self._writer_waiting = False  # the writer waits for the queue (not spacing its commits)
         self._last_commit = -COMMIT_SPACING  # (monotonic) when the last store transaction ended
         self._closing = False  # intake has stopped: store the rest even past max_records
@@ -324,12 +333,15 @@ class Daemon:
             rt.take_ledger_events(),
             [_Aggregate(rt, q, rel) for q, rel in rt.take_aggregates()],
             rt.steps.newest_ts,
+            counts=(rt.counters.released, rt.counters.redacted),
         )
         if entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates:
             now = time.monotonic()
             self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
             entry.queued = now
             self._queue.append(entry)
+            if entry.urgent and self._commit_delay:
+                self._hurry.set()
             return True
         return False
 
@@ -343,11 +355,11 @@ class Daemon:
                 await self._queued.wait()
             finally:  # (cancelled at shutdown: no inline commit after the writer has gone)
                 self._writer_waiting = False
-            if (wait := self._commit_wait()) > 0:
-                await asyncio.sleep(wait)
-            self._queued.clear()
             self._idle.clear()  # busy: a flush must not return on the idle flag of the last round
+            await self._wait_to_commit()
+            self._queued.clear()
             while self._queue:
+                self._hurry.clear()  # (what is queued now goes in this group or the next, at once)
                 group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
                 self._room.set()
                 report = _reported(group)
@@ -368,23 +380,36 @@ class Daemon:
                     self.stats.disk_full_since = None
                     self.systemd.notify(STATUS="running: the disk has room again")
                 self._committed(group, rows, report)
+                if self._queue and self._commit_delay:  # (what came during the transaction waits out its own delay)
+                    await self._wait_to_commit()
             self._idle.set()
 
     def _commit_wait(self) -> float:
         """Seconds before the writer's next transaction: COMMIT_SPACING after the last one
         (above 1/COMMIT_SPACING groups a second), and with ``outbox.commit_delay_ms`` that long
-        after the oldest queued entry was queued (group commit; not while shutting down)."""
+        after the oldest queued entry was queued (group commit) — unless a whole group is queued
+        or the wait is cut short (``_hurry``: an urgent entry, the shutdown)."""
         now = time.monotonic()
         wait = self._last_commit + COMMIT_SPACING - now
-        if self._commit_delay and self._queue and not self._closing:
+        if (self._commit_delay and self._queue and len(self._queue) < STORE_GROUP and not self._closing
+                and not self._hurry.is_set()):
             wait = max(wait, self._queue[0].queued + self._commit_delay - now)
         return wait
+
+    async def _wait_to_commit(self) -> None:
+        """Wait out :meth:`_commit_wait`; ``_hurry`` cuts the wait short."""
+        if (wait := self._commit_wait()) > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._hurry.wait()
 
     def _committed(self, group: list[_StoreEntry], rows: list[Row] | None, report: set[str]) -> None:
         """After ``group``'s transaction: hand its records to the publisher (only now can it see
         them), the JSON-lines sink, and refresh the statuses of the streams in ``report``."""
         assert self._publisher is not None
         self._last_commit = time.monotonic()
+        for e in group:  # (in queue order: each stream's last entry holds its newest counts)
+            self._stored_counts[e.stream] = e.counts
         stored = sum(len(e.items) for e in group)
         self.stats.stored += stored
         if stored:
@@ -399,9 +424,10 @@ class Daemon:
     def _commit_here(self) -> bool:
         """Commit the queued entry at once, on the loop's thread (INLINE_QUIET)? Only a lone entry
         queued after a quiet interval, while the writer waits for work (not spacing its commits),
-        the outbox thread is idle, no inline commit was slow or failed lately and no group commit
-        is asked for (``outbox.commit_delay_ms``)."""
-        return (self._writer_waiting and len(self._queue) == 1 and self._quiet and not self._commit_delay
+        the outbox thread is idle, no inline commit was slow or failed lately, and no group commit
+        is asked for (``outbox.commit_delay_ms``) unless the entry is urgent."""
+        return (self._writer_waiting and len(self._queue) == 1 and self._quiet
+                and (not self._commit_delay or self._queue[0].urgent)
                 and self._box is not None and self._box.idle
                 and time.monotonic() >= max(self._last_commit + COMMIT_SPACING, self._inline_after)
                 and self.stats.disk_full_since is None)
@@ -450,6 +476,7 @@ class Daemon:
         """Wait until everything queued is in the outbox."""
         while self._queue or not self._idle.is_set():
             self._idle.clear()
+            self._hurry.set()
             self._queued.set()
             await self._idle.wait()
 
@@ -652,6 +679,8 @@ class Daemon:
     def _payload(self, rt: StreamRuntime, buffered: int, dropped: int, mine: int, mine_dropped: int,
                  ledger: Any) -> bytes:
         status = rt.privacy_status()
+        if "counters" in status:  # draws as committed: none that a crash could lose and re-draw
+            status["counters"]["released"], status["counters"]["redacted"] = self._stored_counts.get(rt.name, (0, 0))
         ingest = self.ingest.status(rt.name)
         if ingest is not None:
             status["ingest"] = ingest
@@ -787,7 +816,7 @@ class Daemon:
         self.systemd.notify(READY="1", STATUS=f"running {len(self.runtimes)} stream(s): "
                             + ", ".join(self.runtimes))
         try:
-            with _frozen_heap():
+            with _frozen_heap() if self._freeze_heap else contextlib.nullcontext():
                 await self._serve(box, stop, stopping, writer, publisher, workers, sources)
         finally:
             await _stop_tasks([watchdog], TASK_STOP_TIMEOUT)
@@ -908,7 +937,8 @@ def _frozen_heap() -> Iterator[None]:
     moved out of the garbage collector's sight (gc.freeze), then give them back. Without it every
     full collection walked them all: 50–77 ms with the event loop stopped, several times a
     minute under load (bench_stream, 100-frame batches: 6 in 11 s). What is created while serving
-    is collected as before; start-up's garbage is collected first, so none is kept."""
+    is collected as before; start-up's garbage is collected first, so none is kept. Process-wide:
+    only for a process that is one daemon (Daemon's ``freeze_heap``; ``streamguard run``)."""
     gc.collect()
     gc.freeze()
     try:
@@ -927,6 +957,14 @@ class _StoreEntry:
     aggregates: list[_Aggregate]
     newest: float | None = None  # the stream's newest step time (persisted: redeliveries after a restart)
     queued: float = 0.0  # (monotonic) when it was queued
+    counts: tuple[int, int] = (0, 0)  # the stream's (released, redacted) counters once it is decided
+
+    @property
+    def urgent(self) -> bool:
+        """Must not wait out a group commit's delay: it holds a private mark (its input may be
+        acknowledged already: a mark lost to a power cut would leave later records unprotected),
+        ledger events or aggregates."""
+        return bool(self.marks or self.events or self.aggregates)
 
 
 @dataclass
