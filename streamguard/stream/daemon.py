@@ -184,12 +184,15 @@ class Daemon:
         self._last_entry = -math.inf  # (monotonic) when the newest store entry was queued
         self._quiet = False  # it came at least INLINE_QUIET after the one before
         self._inline_after = 0.0  # (monotonic) no inline commit before then: the last one was slow
-        self._commit_delay = settings.outbox.commit_delay_ms / 1e3  # (group commit: _commit_wait)
-        #: Cuts the writer's wait short: an entry that must not wait (_StoreEntry.urgent), the shutdown.
+        self._commit_delay = settings.outbox.commit_delay_ms / 1e3  # (group commit: _delay_wait)
+        #: Wakes the writer from a group commit's wait to look again (_delay_wait): an urgent entry
+        #: or a whole group was queued, or the shutdown began.
         self._hurry = asyncio.Event()
+        self._urgent_queued = 0  # urgent entries (_StoreEntry.urgent) in the queue
         #: Per stream, (released, redacted) as of its last committed entry: what the privacy status
-        #: reports, so that it never counts a draw that a crash could still lose and re-draw.
-        self._stored_counts: dict[str, tuple[int, int]] = {}
+        #: and the metrics report, so that they never count a draw that a crash could still lose and
+        #: draw again.
+        self.stored_counts: dict[str, tuple[int, int]] = {}
         self._writer_waiting = False  # the writer waits for the queue (not spacing its commits)
         self._last_commit = -COMMIT_SPACING  # (monotonic) when the last store transaction ended
         self._closing = False  # intake has stopped: store the rest even past max_records
@@ -340,7 +343,8 @@ class Daemon:
             self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
             entry.queued = now
             self._queue.append(entry)
-            if entry.urgent and self._commit_delay:
+            self._urgent_queued += entry.urgent
+            if self._commit_delay and (entry.urgent or len(self._queue) >= STORE_GROUP):
                 self._hurry.set()
             return True
         return False
@@ -359,8 +363,8 @@ class Daemon:
             await self._wait_to_commit()
             self._queued.clear()
             while self._queue:
-                self._hurry.clear()  # (what is queued now goes in this group or the next, at once)
                 group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
+                self._urgent_queued -= sum(e.urgent for e in group)
                 self._room.set()
                 report = _reported(group)
                 while True:
@@ -384,21 +388,22 @@ class Daemon:
                     await self._wait_to_commit()
             self._idle.set()
 
-    def _commit_wait(self) -> float:
-        """Seconds before the writer's next transaction: COMMIT_SPACING after the last one
-        (above 1/COMMIT_SPACING groups a second), and with ``outbox.commit_delay_ms`` that long
-        after the oldest queued entry was queued (group commit) — unless a whole group is queued
-        or the wait is cut short (``_hurry``: an urgent entry, the shutdown)."""
-        now = time.monotonic()
-        wait = self._last_commit + COMMIT_SPACING - now
-        if (self._commit_delay and self._queue and len(self._queue) < STORE_GROUP and not self._closing
-                and not self._hurry.is_set()):
-            wait = max(wait, self._queue[0].queued + self._commit_delay - now)
-        return wait
+    def _delay_wait(self) -> float:
+        """Seconds the group commit (``outbox.commit_delay_ms``) still waits: until that long
+        after the oldest queued entry was queued — none while an urgent entry or a whole group
+        (STORE_GROUP) is queued, or once the shutdown began."""
+        if (not self._commit_delay or not self._queue or self._urgent_queued or len(self._queue) >= STORE_GROUP
+                or self._closing):
+            return 0.0
+        return self._queue[0].queued + self._commit_delay - time.monotonic()
 
     async def _wait_to_commit(self) -> None:
-        """Wait out :meth:`_commit_wait`; ``_hurry`` cuts the wait short."""
-        if (wait := self._commit_wait()) > 0:
+        """Wait COMMIT_SPACING after the last transaction (above 1/COMMIT_SPACING groups a
+        second), then out :meth:`_delay_wait`, looking again whenever ``_hurry`` is set."""
+        if (spacing := self._last_commit + COMMIT_SPACING - time.monotonic()) > 0:
+            await asyncio.sleep(spacing)
+        while (wait := self._delay_wait()) > 0:
+            self._hurry.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._hurry.wait()
@@ -409,7 +414,7 @@ class Daemon:
         assert self._publisher is not None
         self._last_commit = time.monotonic()
         for e in group:  # (in queue order: each stream's last entry holds its newest counts)
-            self._stored_counts[e.stream] = e.counts
+            self.stored_counts[e.stream] = e.counts
         stored = sum(len(e.items) for e in group)
         self.stats.stored += stored
         if stored:
@@ -441,6 +446,7 @@ class Daemon:
         store); a failed or slow commit sends the next ones to the thread for INLINE_BACKOFF."""
         assert self._box is not None
         group = [self._queue.popleft()]
+        self._urgent_queued -= group[0].urgent
         report = _reported(group)
         began, slow = time.monotonic(), True
         try:
@@ -448,6 +454,7 @@ class Daemon:
             slow = time.monotonic() - began > INLINE_MAX
         except Exception:  # noqa: BLE001 - the writer meets the same error and handles it
             self._queue.appendleft(group[0])
+            self._urgent_queued += group[0].urgent
             return False
         finally:
             if slow:
@@ -680,7 +687,7 @@ class Daemon:
                  ledger: Any) -> bytes:
         status = rt.privacy_status()
         if "counters" in status:  # draws as committed: none that a crash could lose and re-draw
-            status["counters"]["released"], status["counters"]["redacted"] = self._stored_counts.get(rt.name, (0, 0))
+            status["counters"]["released"], status["counters"]["redacted"] = self.stored_counts.get(rt.name, (0, 0))
         ingest = self.ingest.status(rt.name)
         if ingest is not None:
             status["ingest"] = ingest
