@@ -341,7 +341,7 @@ class Daemon:
         if entry.items or entry.decisions or entry.marks or entry.events or entry.aggregates:
             now = time.monotonic()
             self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
-            entry.queued = now
+            entry.queued, entry.urgent = now, bool(entry.marks or entry.events or entry.aggregates)
             self._queue.append(entry)
             self._urgent_queued += entry.urgent
             if self._commit_delay and (entry.urgent or len(self._queue) >= STORE_GROUP):
@@ -965,13 +965,11 @@ class _StoreEntry:
     newest: float | None = None  # the stream's newest step time (persisted: redeliveries after a restart)
     queued: float = 0.0  # (monotonic) when it was queued
     counts: tuple[int, int] = (0, 0)  # the stream's (released, redacted) counters once it is decided
-
-    @property
-    def urgent(self) -> bool:
-        """Must not wait out a group commit's delay: it holds a private mark (its input may be
-        acknowledged already: a mark lost to a power cut would leave later records unprotected),
-        ledger events or aggregates."""
-        return bool(self.marks or self.events or self.aggregates)
+    #: Must not wait out a group commit's delay: it holds a private mark (its input may be
+    #: acknowledged already: a mark lost to a power cut would leave later records unprotected),
+    #: ledger events or aggregates. Set when queued (_persist empties ``events`` and ``aggregates``:
+    #: an entry put back after a failed inline commit stays urgent).
+    urgent: bool = False
 
 
 @dataclass
