@@ -628,9 +628,9 @@ class Daemon:
         """Keep each stream's retained privacy status fresh on this connection: every stream's at
         once when it comes up, then a periodic round every ``max(STATUS_INTERVAL, streams /
         STATUS_RATE)`` seconds, and at once the statuses of the streams whose marks or aggregates
-        were just stored. A round goes STATUS_SLICE streams at a time: their outbox and ledger
-        figures in one visit to the outbox thread, their statuses computed, then published —
-        only those that differ from what this
+        were just stored (before the rest of a round in progress). A round goes STATUS_SLICE
+        streams at a time: their outbox and ledger figures in one visit to the outbox thread,
+        their statuses computed, then published — only those that differ from what this
         connection last published (the broker retains those); a periodic round while nothing at
         all happened on the device (:meth:`_activity`) computes nothing."""
         loop = asyncio.get_running_loop()
@@ -652,9 +652,13 @@ class Daemon:
                 seen = activity
             else:
                 names = sorted(urgent)
-            rts = [self.runtimes[n] for n in names if n in self.runtimes]
-            for lo in range(0, len(rts), STATUS_SLICE):  # (the loop serves frames between slices)
-                part = rts[lo:lo + STATUS_SLICE]
+            due_now = deque(self.runtimes[n] for n in names if n in self.runtimes)
+            while due_now:  # (the loop serves frames between slices)
+                if self._status_urgent:  # stored meanwhile (a mark, an aggregate): those go first
+                    due_now.extendleft(self.runtimes[n] for n in sorted(self._status_urgent, reverse=True)
+                                       if n in self.runtimes)
+                    self._status_urgent = set()
+                part = [due_now.popleft() for _ in range(min(STATUS_SLICE, len(due_now)))]
                 for rt, payload in zip(part, await self._privacy_payloads(part)):
                     if sent.get(rt.name) != payload:
                         await t.publish(rt.privacy_topic(), payload, retain=True)
