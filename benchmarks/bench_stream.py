@@ -847,9 +847,8 @@ def disk_sync_floor(directory: str, n: int, rate: float) -> dict[str, Any]:
     finally:
         os.close(fd)
         os.unlink(path)
-    x = np.asarray(times)
-    return {"n": n, "fs": _filesystem(directory), "dir": directory,
-            **{f"p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)}, "max": float(x.max())}
+    return {"fs": _filesystem(directory), "dir": directory, **percentiles(np.asarray(times))}
+
 
 async def _variant(h: Harness, broker: Mosquitto, sizes: Sizes, what: str) -> dict[str, Any]:
     thr = await closed_loop(h, broker, sizes.var_thr_records, sizes.thr_warm)

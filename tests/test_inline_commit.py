@@ -279,7 +279,7 @@ async def test_statuses_count_only_committed_draws(tmp_path):
                 await w.frame(i)
             decided = rt.counters.released + rt.counters.redacted
             before = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
-            exported = render(d.runtimes, {}, private_counters=True, stored=d.stored_counts)  # (textfile_loop's call)
+            exported = render(d.runtimes, {}, d.stored_counts, private_counters=True)  # (textfile_loop's call)
             await w.settle()
             after = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
         finally:

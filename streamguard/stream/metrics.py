@@ -55,12 +55,12 @@ _TIMING = (
 )
 
 
-def render(runtimes: Mapping[str, StreamRuntime], device: Mapping[str, float], *, private_counters: bool = False,
-           stored: Mapping[str, tuple[int, int]] | None = None) -> str:
+def render(runtimes: Mapping[str, StreamRuntime], device: Mapping[str, float],
+           stored: Mapping[str, tuple[int, int]], *, private_counters: bool = False) -> str:
     """The counters of the streams' ``runtimes`` and the ``device``-wide ones (keyed by metric
     name, from :meth:`Daemon.device_counters`) in the text exposition format. ``stored``: per
-    stream, the (released, redacted) counts of decisions already in the outbox (the daemon's;
-    a draw a crash could still lose and draw again is not counted); else the runtimes' own."""
+    stream, the (released, redacted) counts of decisions already in the outbox
+    (:attr:`Daemon.stored_counts`): a draw a crash could still lose and draw again is not counted."""
     values: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, _, _ in _OPERATIONAL + _TIMING}
     for name, rt in runtimes.items():
         c, label = rt.counters, {"stream": name}
@@ -68,7 +68,7 @@ def render(runtimes: Mapping[str, StreamRuntime], device: Mapping[str, float], *
         values["streamguard_frames_duplicate_total"].append((label, c.duplicates))
         for reason, n in sorted(c.rejected.items()):
             values["streamguard_frames_rejected_total"].append((label | {"reason": reason}, n))
-        released, redacted = (c.released, c.redacted) if stored is None else stored.get(name, (0, 0))
+        released, redacted = stored.get(name, (0, 0))
         values["streamguard_records_released_total"].append((label, released))
         values["streamguard_records_redacted_total"].append((label, redacted))
     for name, value in device.items():
@@ -106,8 +106,8 @@ async def textfile_loop(daemon: Daemon, path: Path, interval: float, *, private_
     once per streak of failures, and retried)."""
     failing = False
     while True:
-        text = render(daemon.runtimes, await daemon.device_counters(), private_counters=private_counters,
-                      stored=daemon.stored_counts)
+        text = render(daemon.runtimes, await daemon.device_counters(), daemon.stored_counts,
+                      private_counters=private_counters)
         try:
             write_textfile(path, text, private=private_counters)
             failing = False
