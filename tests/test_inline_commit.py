@@ -269,7 +269,12 @@ async def test_a_private_mark_does_not_wait_out_the_commit_delay(tmp_path):
 async def test_statuses_count_only_committed_draws(tmp_path):
     """Review finding: a privacy status reports the released and redacted counts of committed
     decisions only — a draw still waiting for its commit (a crash could lose it and the restart
-    draw again) is not counted yet."""
+    draw again) is not counted yet. The counts are checked against the records actually in the
+    outbox (read back and counted here; nothing is acknowledged in this harness)."""
+    async def on_disk(box: AsyncOutbox) -> tuple[int, int]:
+        redacted = [json.loads(r.payload)["redacted"] for r in await box.run(Outbox.peek, 10_000)]
+        return redacted.count(False), redacted.count(True)
+
     async with restored(_delayed(tmp_path, 1000.0)) as (d, box):
         w = _Writer(d, box)
         d._publisher.stats = PublisherStats()  # (the status reads the publisher's counters)
@@ -280,14 +285,16 @@ async def test_statuses_count_only_committed_draws(tmp_path):
             decided = rt.counters.released + rt.counters.redacted
             before = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
             exported = render(d.runtimes, {}, d.stored_counts, private_counters=True)  # (textfile_loop's call)
+            disk_before = await on_disk(box)
             await w.settle()
             after = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
+            disk_after = await on_disk(box)
         finally:
             await w.stop()
-    assert decided == 4 and before["released"] + before["redacted"] == 0
+    assert decided == 4 and disk_before == (0, 0) == (before["released"], before["redacted"])
     assert 'streamguard_records_released_total{stream="s"} 0' in exported
     assert 'streamguard_records_redacted_total{stream="s"} 0' in exported
-    assert (after["released"], after["redacted"]) == (rt.counters.released, rt.counters.redacted)
+    assert sum(disk_after) == 4 and (after["released"], after["redacted"]) == disk_after
 
 
 async def test_the_shutdown_flush_does_not_wait_out_the_commit_delay(tmp_path):
