@@ -95,3 +95,18 @@ def test_an_unwritable_state_path_fails_the_check(tmp_path, capsys):
     rc, out = _check(capsys, cfg)
     assert rc == 78 and "keys valid, but the daemon cannot start as this user" in out
     assert "  error: outbox.path:" in out and ": valid —" not in out
+
+
+def test_the_group_commit_and_what_a_power_cut_loses_are_said(tmp_path, capsys):
+    """``[outbox] commit_delay_ms`` trades durability of acknowledged input for CPU: the check says
+    so when it is set, and says nothing when it is 0 (the default)."""
+    text = (EXAMPLES / "streamguard.toml").read_text().replace("/var/lib/streamguard/outbox.sqlite",
+                                                               str(tmp_path / "outbox.sqlite"))
+    (tmp_path / "off.toml").write_text(text)
+    assert "commit_delay_ms = 0 " in text
+    (tmp_path / "on.toml").write_text(text.replace("commit_delay_ms = 0 ", "commit_delay_ms = 50 "))
+    rc, out = _check(capsys, tmp_path / "off.toml")
+    assert rc == 0 and "group commit" not in out
+    rc, out = _check(capsys, tmp_path / "on.toml")
+    assert rc == 0
+    assert "outbox group commit: 50 ms" in out and "a power cut loses up to that much acknowledged input" in out

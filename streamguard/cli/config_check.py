@@ -243,6 +243,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(f"{file}: {verdict} — device {settings.device}, broker {settings.broker.host}:{settings.broker.port}"
               f"{' (TLS)' if settings.broker.tls else ''}, outbox {settings.outbox.path}, "
               f"ledger {settings.ledger_path()}")
+        if settings.outbox.commit_delay_ms:
+            print(f"  outbox group commit: {_num(settings.outbox.commit_delay_ms)} ms — records wait up to that long "
+                  "for a shared disk sync; a power cut loses up to that much acknowledged input (never "
+                  "published); private marks, ledger events and aggregates are committed at once")
         if settings.homeassistant.enabled:
             print(f"  Home Assistant discovery: on, prefix {settings.homeassistant.prefix} (one entity per stream)")
         for problem in problems:
