@@ -54,7 +54,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -90,14 +89,16 @@ from .bench_stream import (
     DESIGN,
     EPS,
     LABELS,
-    STATES_SEED,
     Mosquitto,
     Pipeline,
     PipelineSpec,
     attached,
+    bench_states,
+    broker_in,
     broker_version,
     cpu_snapshot,
     open_loop,
+    pin_this_process,
     thread_cpu,
 )
 
@@ -463,40 +464,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     stem = result_stem("bench_gateway", args.quick)
     env = environment()
     load_before = os.getloadavg()
-    cpus = sorted(os.sched_getaffinity(0))
-    pin = not args.no_pin and CPU_BENCH in cpus and CPU_PIPELINE in cpus
-    if pin:
-        os.sched_setaffinity(0, {CPU_BENCH})
-    placement = (f"broker and producer/consumer on CPU {CPU_BENCH}, pipeline process on CPU {CPU_PIPELINE}"
-                 if pin else "unpinned")
-
-    from firmware_sim import MarkovSource
-    from streamguard import MarkovChain
-    from streamguard.redaction.plan import plan_stream
-
-    chain = MarkovChain.binary(ALPHA, BETA)
-    plan = plan_stream(chain, EPS, design=DESIGN)
-    states = np.stack([MarkovSource(chain, STATES_SEED + i).states(256) for i in range(max(GATEWAY_STREAMS))])
+    pin, placement = pin_this_process(args.no_pin)
+    plan, states = bench_states(max(GATEWAY_STREAMS), 256)
 
     progress("the daemon's import path, 3 fresh interpreters")
     probe = import_probe(3)
     progress(f"  import {np.median(probe['seconds']):.2f} s, RSS {np.median(probe['rss_mb']):.0f} MB, scipy "
              f"{'imported' if probe['scipy'] else 'not imported'}, {probe['modules']} modules")
-    workdir = Path(tempfile.mkdtemp(prefix="bench_gateway-"))
-    broker = Mosquitto(workdir, CPU_BENCH if pin else None)
     t_start = time.perf_counter()
-    try:
-        broker.start()
-        progress(f"mosquitto on {HOST}:{broker.port} (pid {broker.proc.pid}); {placement}")  # type: ignore[union-attr]
+    with broker_in(Path(tempfile.mkdtemp(prefix="bench_gateway-")), pin, placement) as broker:
         cpu = CPU_PIPELINE if pin else None
-        startup = asyncio.run(measure_startup(broker, workdir, cpu, sizes))
-        gateway = asyncio.run(measure_gateway(broker, workdir, cpu, sizes, plan.left_horizon, states))
-    except BaseException:
-        progress(f"failed; mosquitto log:\n{broker.log_tail()}")
-        raise
-    finally:
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        startup = asyncio.run(measure_startup(broker, broker.workdir, cpu, sizes))
+        gateway = asyncio.run(measure_gateway(broker, broker.workdir, cpu, sizes, plan.left_horizon, states))
     wall = time.perf_counter() - t_start
     goals = targets(gateway, startup, probe)
     parts = [

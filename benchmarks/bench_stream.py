@@ -59,7 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,47 @@ class Mosquitto:
 # ------------------------------------------------------------------------------------- CPU time
 
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+def pin_this_process(no_pin: bool) -> tuple[bool, str]:
+    """Pin this process (broker-side work: producer, consumer) to CPU_BENCH, so that the pipeline
+    gets CPU_PIPELINE to itself (notes/performance-baselines.md §5b), unless ``no_pin`` or those CPUs
+    are not ours. Returns whether it pinned and the placement as said in the report."""
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = not no_pin and CPU_BENCH in cpus and CPU_PIPELINE in cpus
+    if pin:
+        os.sched_setaffinity(0, {CPU_BENCH})
+    return pin, (f"broker and producer/consumer on CPU {CPU_BENCH}, pipeline process on CPU {CPU_PIPELINE}"
+                 if pin else "unpinned")
+
+
+def bench_states(streams: int, length: int) -> tuple[Any, np.ndarray]:
+    """The benchmark stream's plan (a :class:`~streamguard.redaction.plan.StreamPlan`), and
+    ``length`` states of each of ``streams`` streams (seeded: the same frames in every run)."""
+    from firmware_sim import MarkovSource
+    from streamguard import MarkovChain
+    from streamguard.redaction.plan import plan_stream
+
+    chain = MarkovChain.binary(ALPHA, BETA)
+    plan = plan_stream(chain, EPS, design=DESIGN)
+    return plan, np.stack([MarkovSource(chain, STATES_SEED + i).states(length) for i in range(streams)])
+
+
+@contextlib.contextmanager
+def broker_in(workdir: Path, pin: bool, placement: str) -> Iterator[Mosquitto]:
+    """A Mosquitto of the benchmark's own, started in ``workdir``; stopped, and ``workdir`` removed,
+    on the way out (with the broker's log tail printed if the run failed)."""
+    broker = Mosquitto(workdir, CPU_BENCH if pin else None)
+    try:
+        broker.start()
+        progress(f"mosquitto on {HOST}:{broker.port} (pid {broker.proc.pid}); {placement}")  # type: ignore[union-attr]
+        yield broker
+    except BaseException:
+        progress(f"failed; mosquitto log:\n{broker.log_tail()}")
+        raise
+    finally:
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
@@ -1062,35 +1103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = output_dir(args.out)
     stem = result_stem("bench_stream", args.quick)
     env = environment()
-    cpus = sorted(os.sched_getaffinity(0))
-    pin = not args.no_pin and CPU_BENCH in cpus and CPU_PIPELINE in cpus
-    if pin:
-        os.sched_setaffinity(0, {CPU_BENCH})
-    placement = (f"broker and producer/consumer on CPU {CPU_BENCH}, pipeline process on CPU {CPU_PIPELINE}"
-                 if pin else "unpinned")
-
-    from firmware_sim import MarkovSource
-    from streamguard import MarkovChain
-    from streamguard.redaction.plan import plan_stream
-
-    chain = MarkovChain.binary(ALPHA, BETA)
-    plan = plan_stream(chain, EPS, design=DESIGN)
-    states = np.stack([MarkovSource(chain, STATES_SEED + i).states(5000) for i in range(max(STREAM_COUNTS))])
-
-    workdir = Path(tempfile.mkdtemp(prefix="bench_stream-"))
-    broker = Mosquitto(workdir, CPU_BENCH if pin else None)
+    pin, placement = pin_this_process(args.no_pin)
+    plan, states = bench_states(max(STREAM_COUNTS), 5000)
     t_start = time.perf_counter()
-    try:
-        broker.start()
-        progress(f"mosquitto on {HOST}:{broker.port} (pid {broker.proc.pid}); {placement}")  # type: ignore[union-attr]
-        results = asyncio.run(measure_all(sizes, broker, workdir, CPU_PIPELINE if pin else None,
+    with broker_in(Path(tempfile.mkdtemp(prefix="bench_stream-")), pin, placement) as broker:
+        results = asyncio.run(measure_all(sizes, broker, broker.workdir, CPU_PIPELINE if pin else None,
                                           out if args.profile else None, plan.left_horizon, states))
-    except BaseException:
-        progress(f"failed; mosquitto log:\n{broker.log_tail()}")
-        raise
-    finally:
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     wall = time.perf_counter() - t_start
 
     thr = throughput_summary(results)
