@@ -114,3 +114,25 @@ def test_config_refuses_what_a_model_set_cannot_back(tmp_path):
     conf.write_text(base + f'labels = ["a", "b"]\n[streams.model]\nfile = "{box}"\n')
     s = load_settings(conf)
     assert s.streams[0].model_set().box == ((0.1, 0.2), (0.2, 0.3))
+
+
+def test_plan_model_stream_text_says_what_the_json_holds(tmp_path, capsys):
+    """The text report of ``plan --model --stream`` (binary set) states the figures of its JSON: the
+    certified worst case, the design member and horizons, and the point estimate's own plan over
+    the set, flagged '> ε' exactly when its worst case exceeds ε."""
+    model = tmp_path / "M.json"
+    assert main(["calibrate", str(_recording(tmp_path)), "--labels", "off,on", "--out", str(model), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--model", str(model), "--epsilon", "1", "--stream", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["plan", "--model", str(model), "--epsilon", "1", "--stream"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "robust 3R stream plan over the model set (box), ε=1 nats, design optimal"
+    assert f"≤ {doc['worst_case']['bound']:.9f} nats" in lines[1]
+    m = doc["design_member"]
+    assert lines[2] == (f"designed on α={m['alpha']:.6g}, β={m['beta']:.6g} with budget {doc['design_budget']:.6g}; "
+                        f"horizons left {doc['horizons']['left']} / right {doc['horizons']['right']}")
+    point = doc["point_estimate_plan"]
+    worst = point["worst_case_over_set"]["bound"]
+    assert f"worst case over the set is {worst:.6g} nats{' > ε' if worst > 1 else ''};" in lines[4]
+    assert f"robustness costs {doc['utility_cost_per_mark']:.4f} redactions per mark" in lines[4]

@@ -236,6 +236,15 @@ def test_plan_model_json_for_a_k_state_set(tmp_path, capsys, fast_set) -> None:
         doc["expected_redacted_per_mark"] - doc["point_estimate_plan"]["expected_redacted_per_mark"])
     table = np.array(doc["redaction"])
     assert table.shape[1] == 3
+    assert main(["plan", "--model", str(path), "--stream", "--epsilon", "1"]) == 0  # the text says the same
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "robust k-state 3R stream plan over the model set (rows, 3 states), ε=1 nats"
+    assert f"≤ {doc['worst_case']['bound']:.9f} nats" in lines[1]
+    assert lines[2].endswith(f"with budget {doc['design_budget']:.6g}; horizons left {doc['horizons']['left']} / "
+                             f"right {doc['horizons']['right']}")
+    point = doc["point_estimate_plan"]["worst_case_over_set"]
+    assert (f"worst case over the set is ≤ {point['bound']:.6g} nats (attained {point['attained']:.6g})"
+            f"{' > ε' if point['attained'] > 1 else ''};") in lines[4]
     assert main(["plan", "--model", str(path), "--n", "5", "--private", "2", "--epsilon", "1"]) == 2
     assert "streams only" in capsys.readouterr().err
 

@@ -59,22 +59,11 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
         if args.n is not None or args.private:
             raise CliError("--stream plans by distance to any private position: no --n or --private")
         rp = robust_stream_plan(ms, args.epsilon, design=args.design, split=args.split, threshold=args.threshold)
-        doc = {"stream": True, "epsilon": args.epsilon, "design": args.design, **rp.as_dict(),
-               "split": [rp.plan.left.budget, rp.plan.right.budget],
-               "offsets": rp.plan.offsets().tolist(), "redaction": rp.plan.table().tolist()}
-        if _printed_json(args, doc):
-            return 0
-        print(f"robust 3R stream plan over the model set ({ms.kind}), ε={args.epsilon:g} nats, design {args.design}")
-        print(_wc_line(rp.worst, args.epsilon))
-        print(f"designed on α={rp.design_member[0]:.6g}, β={rp.design_member[1]:.6g} with budget "
-              f"{rp.design_budget:.6g}; horizons left {rp.plan.left_horizon} / right {rp.plan.right_horizon}")
-        print(f"expected redactions per mark (under the point estimate): {rp.expected_redacted:.4f}")
-        if rp.point_plan is not None and rp.point_worst is not None:
-            print(f"the point estimate's own plan: {rp.point_expected_redacted:.4f} redactions per mark, but its "
-                  f"worst case over the set is {rp.point_worst.bound:.6g} nats"
-                  f"{' > ε' if rp.point_worst.bound > args.epsilon else ''}; robustness costs "
-                  f"{rp.expected_redacted - rp.point_expected_redacted:.4f} redactions per mark")
-        return 0
+        point = None if rp.point_worst is None else (f"{rp.point_worst.bound:.6g} nats", rp.point_worst.bound)
+        return _report_stream_plan(
+            args, rp, args.design,
+            f"robust 3R stream plan over the model set ({ms.kind}), ε={args.epsilon:g} nats, design {args.design}",
+            f"α={rp.design_member[0]:.6g}, β={rp.design_member[1]:.6g}", point)
     if not args.private or args.n is None or args.n < 1:
         raise CliError("name --n and at least one --private position (or use --stream)")
     for p in args.private:
@@ -109,21 +98,36 @@ def _kplan_model(args: argparse.Namespace, ms: modelset.ModelSet) -> int:
         raise CliError("--threshold applies to binary chains only")
     weights = None if args.weights is None else json.loads(args.weights)
     rp = robust_kstream_plan(ms, args.epsilon, split=args.split, weights=weights)
-    doc = {"stream": True, "epsilon": args.epsilon, "design": "exact", **rp.as_dict(),
+    point = None if rp.point_worst is None else (
+        f"≤ {rp.point_worst.bound:.6g} nats (attained {rp.point_worst.attained:.6g})", rp.point_worst.attained)
+    return _report_stream_plan(args, rp, "exact",
+                               f"robust k-state 3R stream plan over the model set ({ms.kind}, {ms.k} states), "
+                               f"ε={args.epsilon:g} nats",
+                               f"P={json.dumps(np.round(rp.design_member, 6).tolist())}", point)
+
+
+def _report_stream_plan(args: argparse.Namespace, rp: Any, design: str, title: str, designed_on: str,
+                        point: tuple[str, float] | None) -> int:
+    """Print the line ``title`` and a robust stream plan ``rp``, or write it as JSON (binary: model/robust.py, k states:
+    model/krobust.py): its worst case over the set, the member it was designed on, and what the
+    point estimate's own plan would leak over the set — ``point`` is that worst case as said and
+    the figure compared with ε (the certified bound for a binary set; for a k-state set the
+    attained value, its bound being an over-estimate)."""
+    doc = {"stream": True, "epsilon": args.epsilon, "design": design, **rp.as_dict(),
            "split": [rp.plan.left.budget, rp.plan.right.budget],
            "offsets": rp.plan.offsets().tolist(), "redaction": rp.plan.table().tolist()}
     if _printed_json(args, doc):
         return 0
-    print(f"robust k-state 3R stream plan over the model set ({ms.kind}, {ms.k} states), ε={args.epsilon:g} nats")
+    print(title)
     print(_wc_line(rp.worst, args.epsilon))
-    print(f"designed on P={json.dumps(np.round(rp.design_member, 6).tolist())} with budget {rp.design_budget:.6g}; "
+    print(f"designed on {designed_on} with budget {rp.design_budget:.6g}; "
           f"horizons left {rp.plan.left.horizon} / right {rp.plan.right.horizon}")
     print(f"expected redactions per mark (under the point estimate): {rp.expected_redacted:.4f}")
-    if rp.point_plan is not None and rp.point_worst is not None:
+    if point is not None and rp.point_plan is not None:
+        said, figure = point
         print(f"the point estimate's own plan: {rp.point_expected_redacted:.4f} redactions per mark, but its "
-              f"worst case over the set is ≤ {rp.point_worst.bound:.6g} nats (attained {rp.point_worst.attained:.6g})"
-              f"{' > ε' if rp.point_worst.attained > args.epsilon else ''}; robustness costs "
-              f"{rp.utility_cost():.4f} redactions per mark")
+              f"worst case over the set is {said}{' > ε' if figure > args.epsilon else ''}; robustness costs "
+              f"{rp.expected_redacted - rp.point_expected_redacted:.4f} redactions per mark")
     return 0
 
 
