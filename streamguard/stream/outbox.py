@@ -193,7 +193,11 @@ class Outbox:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         _add_k_state_rows(self._db)
-        self._count: int = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        #: Stored records per stream (kept in step with every insert and delete: a status asks for
+        #: them often, and a COUNT over a large outbox costs milliseconds per stream).
+        self._by_stream: Counter[str] = Counter(dict(self._db.execute(
+            "SELECT stream, COUNT(*) FROM outbox GROUP BY stream")))
+        self._count: int = sum(self._by_stream.values())
         #: Records deleted by the drop-oldest policy since this outbox was opened.
         self.dropped = 0
         #: ``dropped`` per stream (since start).
@@ -221,7 +225,7 @@ class Outbox:
 
     def count(self, stream: str) -> int:
         """The number of stored (unacknowledged) records of one stream."""
-        return int(self._db.execute("SELECT COUNT(*) FROM outbox WHERE stream = ?", (stream,)).fetchone()[0])
+        return self._by_stream[stream]
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -309,6 +313,9 @@ class Outbox:
                                   "GROUP BY stream", (excess,)).fetchall()
                 db.execute("DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)", (excess,))
         self._count += len(items) - max(excess, 0) if items else 0
+        self._by_stream.update(it.stream for it in items)
+        if items and excess > 0:
+            self._by_stream.subtract(dict(lost))
         first = last - len(items) + 1
         stored = [Row(first + i, it.stream, it.seq, it.topic, it.payload, now) for i, it in enumerate(items)]
         if items and excess > 0:
@@ -338,12 +345,17 @@ class Outbox:
         (``synchronous=NORMAL`` for this transaction; the next stored group syncs it)."""
         self._db.execute("PRAGMA synchronous=NORMAL")
         try:
+            gone: Counter[str] = Counter()
             with self._transaction() as db:  # one range delete per run of consecutive ids
-                deleted = sum(db.execute("DELETE FROM outbox WHERE id BETWEEN ? AND ?", run).rowcount
-                              for run in _runs(ids))
+                for run in _runs(ids):  # (what it deletes, per stream: a range scan of the primary key)
+                    gone.update(dict(db.execute(
+                        "SELECT stream, COUNT(*) FROM outbox WHERE id BETWEEN ? AND ? GROUP BY stream", run)))
+                    db.execute("DELETE FROM outbox WHERE id BETWEEN ? AND ?", run)
         finally:
             self._db.execute("PRAGMA synchronous=FULL")
+        deleted = sum(gone.values())
         self._count -= deleted
+        self._by_stream.subtract(gone)  # (one entry per stream ever stored: bounded by the config)
         return deleted
 
     def checkpoint(self) -> None:
