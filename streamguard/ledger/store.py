@@ -50,6 +50,7 @@ import math
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -208,6 +209,7 @@ class Ledger:
         self._books: dict[tuple[str, str], StreamBook] = {}
         self._refusals: dict[tuple[str, str], list[Refusal]] = {}
         self._budgets: dict[tuple[str, str], dict[Family, float]] = {}
+        self._versions: Counter[tuple[str, str]] = Counter()  # (version: changes since opened)
         self._last_id = 0
         self._head = GENESIS
 
@@ -351,6 +353,11 @@ class Ledger:
         """The stream's replayed book (an empty one for an unknown stream)."""
         return self._books.get((device, stream)) or StreamBook(device, stream, self.model)
 
+    def version(self, device: str, stream: str) -> int:
+        """How many times the stream's book, refusals or budgets changed since the ledger was
+        opened: what is derived from them (the odometer) is unchanged while this is."""
+        return self._versions[(device, stream)]
+
     def refusals(self, device: str, stream: str) -> list[Refusal]:
         return list(self._refusals.get((device, stream), []))
 
@@ -447,6 +454,7 @@ class Ledger:
             self._store_budget(db, event, budget)
         self._refusals.setdefault(event.key, []).append(Refusal(int(rid), event, over.name, value, budget, now))
         self._budgets.setdefault(event.key, {})[event.family] = budget
+        self._versions[event.key] += 1
         log.warning("ledger: %s/%s %s release refused: %s would be %.12g > %.12g",
                     event.device, event.stream, event.family, over.name, value, budget)
 
@@ -509,6 +517,7 @@ class Ledger:
         if desc is not None:
             self._descriptions[event.model] = desc  # type: ignore[union-attr]
         self._book(event.key).add(event_id, event, accountants)
+        self._versions[event.key] += 1
         self._last_id, self._head = event_id, digest
         if budget is not None:
             self._budgets.setdefault(event.key, {})[event.family] = budget

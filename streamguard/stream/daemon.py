@@ -61,7 +61,7 @@ from typing import Any
 from ..config import Settings
 from ..ingest.stream import IngestHub, StepInput
 from ..ledger.events import AggregateEvent, DriftEvent, Event
-from ..ledger.odometer import odometer
+from ..ledger.odometer import OdometerCache
 from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
@@ -168,6 +168,7 @@ class Daemon:
         self.ingest = IngestHub(settings) if ingest is None else ingest
         self._box: AsyncOutbox | None = None
         self._ledger: Ledger | None = None
+        self._odometers: OdometerCache | None = None  # (the open ledger's, for the privacy statuses)
         self._publisher: Publisher | None = None
         self._control: MqttTransport | None = None
         self._input: MqttTransport | None = None
@@ -681,10 +682,12 @@ class Daemon:
         if not rts:
             return []
         assert self._box is not None and self._ledger is not None
-        ledger, device = self._ledger, self.settings.device
-        buffered, dropped, figures = await self._box.run(  # one thread hop
-            lambda b: (len(b), b.dropped, [(b.count(rt.name), b.dropped_by_stream[rt.name],
-                                            odometer(ledger, device, rt.name, limit=ODOMETER_LIMIT)) for rt in rts]))
+        if self._odometers is None or self._odometers.ledger is not self._ledger:
+            self._odometers = OdometerCache(self._ledger, ODOMETER_LIMIT)
+        odometers, device = self._odometers, self.settings.device
+        buffered, dropped, figures = await self._box.run(  # one thread hop (the ledger's thread)
+            lambda b: (len(b), b.dropped, [(b.count(rt.name), b.dropped_by_stream[rt.name], odometers(device, rt.name))
+                                           for rt in rts]))
         return [self._payload(rt, buffered, dropped, *f) for rt, f in zip(rts, figures)]
 
     def _payload(self, rt: StreamRuntime, buffered: int, dropped: int, mine: int, mine_dropped: int,
