@@ -279,3 +279,31 @@ def test_a_second_command_on_a_record_already_marked_changes_nothing(tmp_path: P
     assert not report["late"] and report["honoured"] and report["achieved"]["total"] <= EPS
     assert _mark(d.odometer(), "20") == first  # no new event, the same figures
     d.ledger.close()
+
+
+def test_the_status_lists_the_latest_finished_marks_and_reports_only_those(tmp_path: Path, monkeypatch) -> None:
+    """``recent_marks`` is the latest RECENT_MARKS finished marks, oldest first, as the core's own
+    list of finished marks has them; a status builds the report of those only (it built all of
+    the up to 1,000 the core keeps, then dropped most: 1.5 ms per status)."""
+    from streamguard.stream import privatizer
+    from streamguard.stream.redaction_runtime import RECENT_MARKS
+
+    d = Drive(tmp_path)
+    for _ in range(RECENT_MARKS + 30):
+        d.frames(20)
+        d.command("now")
+    d.frames(20)
+    finished = list(d.rt.core.finished)
+    assert len(finished) > RECENT_MARKS
+    reports = 0
+    real = privatizer.Mark.report
+
+    def counted(self: Any) -> dict[str, Any]:
+        nonlocal reports
+        reports += 1
+        return real(self)
+
+    monkeypatch.setattr(privatizer.Mark, "report", counted)
+    status = d.rt.privacy_status()
+    assert status["recent_marks"] == [real(m) for m in finished[-RECENT_MARKS:]]
+    assert reports == RECENT_MARKS + len(status["open_marks"])

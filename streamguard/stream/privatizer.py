@@ -761,13 +761,15 @@ class StreamPrivatizer:
         """Is the mark's window still undecided (it must survive a restart)?"""
         return any(o is m for o in self._marks)
 
-    def status(self) -> dict[str, Any]:
-        """Open and recently finished marks (JSON-ready)."""
+    def status(self, recent: int | None = None) -> dict[str, Any]:
+        """Open and recently finished marks (JSON-ready): the ``recent`` latest finished ones (None:
+        all those kept, up to 1,000; a report is built only for those listed)."""
+        finished = self.finished if recent is None else list(self.finished)[len(self.finished) - recent:]
         return {
             "next_seq": self.next_seq,
             "pending": len(self._pending),
             "delay": self.delay,
             "restarted": self.boundary is not None,
             "open_marks": [m.report() for m in self._marks],
-            "finished_marks": [m.report() for m in self.finished],
+            "finished_marks": [m.report() for m in finished],
         }

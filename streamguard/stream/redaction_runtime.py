@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 #: period add positions to a call; a row no longer in memory then counts as released in a mark's
 #: exact evaluation — privatizer._window_rows — which can only overstate its leakage.)
 DECIDE_EVERY = 64
+#: Finished marks listed in the privacy status (``recent_marks``): the latest ones, oldest first.
+RECENT_MARKS = 50
 #: Redaction rows whose text :meth:`RedactionRuntime.payload` keeps.
 _ROW_TEXTS = 256
 
@@ -400,7 +402,7 @@ class RedactionRuntime(StreamRuntime):
     def privacy_status(self) -> dict[str, Any]:
         """The retained privacy status: model, budget, plan, marks and counters."""
         chain = self.plan.chain
-        core = self.core.status()
+        core = self.core.status(recent=RECENT_MARKS)
         drift = {} if self.drift is None else {"drift": self.drift.status()}
         robust = {} if self.robust is None else {
             "guarantee": "ε-LDP about each private position under every chain of the stated model set",
@@ -431,7 +433,7 @@ class RedactionRuntime(StreamRuntime):
             "next_seq": core["next_seq"],
             "pending": core["pending"],
             "open_marks": core["open_marks"],
-            "recent_marks": core["finished_marks"][-50:],
+            "recent_marks": core["finished_marks"],
             "restarted": core["restarted"],
             # the first position after the last restart: an unknown number of readings lies before it
             "restart_position": self.core.boundary,
