@@ -33,6 +33,7 @@ The core only sees state indices; it never formats or logs a reading.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -764,7 +765,8 @@ class StreamPrivatizer:
     def status(self, recent: int | None = None) -> dict[str, Any]:
         """Open and recently finished marks (JSON-ready): the ``recent`` latest finished ones (None:
         all those kept, up to 1,000; a report is built only for those listed)."""
-        finished = self.finished if recent is None else list(self.finished)[len(self.finished) - recent:]
+        finished = self.finished if recent is None else itertools.islice(
+            self.finished, max(0, len(self.finished) - recent), None)
         return {
             "next_seq": self.next_seq,
             "pending": len(self._pending),
