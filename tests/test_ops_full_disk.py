@@ -109,3 +109,40 @@ def test_full_disk_at_start_is_one_line_and_exit_74(mosquitto: Broker, small_dis
     err = proc.stderr.decode()
     assert proc.returncode == 74, err
     assert "Traceback" not in err and err.count("streamguard: error:") == 1 and "full" in err, err
+
+
+def test_a_statement_that_fills_the_database_raises_the_disk_full_error(tmp_path: Path) -> None:
+    """SQLITE_FULL during a statement (here: the database's page limit, as a full disk would)
+    rolls the transaction back inside SQLite; the outbox's and the ledger's transactions then
+    raise that error — which ``is_disk_full`` recognises, so the daemon waits for space — and not
+    "cannot rollback - no transaction is active" from a second ROLLBACK (review finding: that
+    replaced it, and the writer would have stopped the daemon). Both stay usable with room again."""
+    import sqlite3
+
+    from streamguard.ledger.store import Ledger
+    from streamguard.stream.disk import is_disk_full
+    from streamguard.stream.outbox import Item
+    from test_ledger import mark
+
+    with Outbox(tmp_path / "o.sqlite", 100_000, "drop-oldest") as box:
+        box.store([Item("a", i, "t", b"x" * 100) for i in range(50)], keep=5)
+        pages = box._db.execute("PRAGMA page_count").fetchone()[0]
+        box._db.execute(f"PRAGMA max_page_count={pages}")
+        with pytest.raises(sqlite3.OperationalError) as err:
+            box.store([Item("a", 100 + i, "t", b"y" * 4000) for i in range(100)], keep=5)
+        assert is_disk_full(err.value) and not box._db.in_transaction
+        assert box.count("a") == len(box) == 50 == len(box.peek(1000))
+        box._db.execute("PRAGMA max_page_count=1073741823")
+        box.store([Item("a", 100, "t", b"z")], keep=5)
+        assert box.count("a") == 51
+    with Ledger.open(tmp_path / "l.sqlite") as led:
+        led.commit_all([mark(1, 0.5)])
+        pages = led._db.execute("PRAGMA page_count").fetchone()[0]
+        led._db.execute(f"PRAGMA max_page_count={pages}")
+        big = [mark(10 * i, 0.5) for i in range(2, 400)]
+        with pytest.raises(sqlite3.OperationalError) as err:
+            led.commit_all(big)
+        assert is_disk_full(err.value) and not led._db.in_transaction
+        assert led.head[0] == 1 and led.version("d", "s") == 1
+        led._db.execute("PRAGMA max_page_count=1073741823")
+        assert led.commit_all(big[:2]) == [2, 3]

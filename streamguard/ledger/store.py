@@ -59,6 +59,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from .._json import json_number
+from .._sqlite import immediate
 from ..chain import MarkovChain
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
@@ -373,17 +374,12 @@ class Ledger:
     # -- writing ---------------------------------------------------------------------------------
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        self._staged_id, self._staged_head = self._last_id, self._head
-        try:
-            latest = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+        with immediate(self._db) as db:
+            self._staged_id, self._staged_head = self._last_id, self._head
+            latest = db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
             if latest != self._last_id:
                 raise LedgerError(f"{self.path}: another process wrote to the ledger (event {latest}); reopen it")
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            yield db
 
     def _writable(self) -> None:
         if self.readonly:

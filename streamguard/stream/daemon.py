@@ -801,7 +801,7 @@ class Daemon:
                     await self._run(box, stop)
                 finally:
                     self.ingest.close()
-                    ledger, self._ledger = self._ledger, None
+                    ledger, self._ledger, self._odometers = self._ledger, None, None
                     await box.run(lambda _b: ledger.close())
 
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:

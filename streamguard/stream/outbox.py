@@ -44,13 +44,14 @@ import math
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, Self, TypeVar
 
+from .._sqlite import immediate
 from ..config import OutboxConfig
 from ..private_files import private_file
 
@@ -227,15 +228,8 @@ class Outbox:
         """The number of stored (unacknowledged) records of one stream."""
         return self._by_stream[stream]
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate(self._db)
 
     def put(self, items: Sequence[Item], *, keep: int) -> None:
         """Store ``items`` durably, in one transaction with their decisions (the last ``keep`` per
