@@ -21,7 +21,7 @@ def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         yield db
         db.execute("COMMIT")
     except BaseException:
-        if db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):  # (the original error says more)
+        with contextlib.suppress(sqlite3.Error):  # (the original error says more; a closed db too)
+            if db.in_transaction:
                 db.execute("ROLLBACK")
         raise
