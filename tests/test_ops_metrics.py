@@ -5,7 +5,9 @@ appear only with ``private_counters = true``, and then the file is 0600."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import re
 import stat
 import time
@@ -62,6 +64,15 @@ async def test_textfile_holds_the_daemons_counters(mosquitto: Broker, tmp_path: 
                     if got.get('streamguard_frames_accepted_total{stream="s"}') == 50:
                         break
         c = daemon.runtimes["s"].counters
+        # the ledger's size, against the events counted in its file by the test (the private frame's
+        # mark makes at least one): the textfile catches up within its interval
+        async with asyncio.timeout(10):
+            while True:
+                with contextlib.closing(sqlite3.connect(settings.ledger_path())) as db:
+                    events = db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+                if _parse(prom.read_text()).get("streamguard_ledger_events") == events >= 1:
+                    break
+                await asyncio.sleep(0.2)
     assert got['streamguard_frames_rejected_total{stream="s",reason="not-json"}'] == 1
     assert got['streamguard_frames_rejected_total{stream="s",reason="unknown-state"}'] == 1
     assert got["streamguard_disk_full_waits_total"] == 0 and "streamguard_outbox_records" in got

@@ -725,6 +725,8 @@ class Daemon:
         if self._box is not None:
             out["streamguard_outbox_records"], out["streamguard_outbox_dropped_total"] = await self._box.run(
                 lambda b: (len(b), b.dropped))
+        if self._ledger is not None:  # (event ids are consecutive from 1)
+            out["streamguard_ledger_events"] = self._ledger.head[0]
         if self._publisher is not None:
             out["streamguard_published_records_total"] = self._publisher.stats.records
             out["streamguard_reconnects_total"] = self._publisher.stats.reconnects
