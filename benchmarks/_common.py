@@ -220,6 +220,15 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
 
 
+def write_report(out: Path, name: str, quick: bool, report: str, data: Any) -> None:
+    """Print the markdown ``report`` and write it and ``data`` to ``out/<name>[_quick].{md,json}``."""
+    print(report)
+    stem = result_stem(name, quick)
+    (out / f"{stem}.md").write_text(report)
+    write_json(out / f"{stem}.json", data)
+    progress(f"wrote {out / stem}.md and {stem}.json")
+
+
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "as_dict"):
         return obj.as_dict()

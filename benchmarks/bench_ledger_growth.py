@@ -35,7 +35,7 @@ from streamguard.ledger.odometer import OdometerCache, odometer
 from streamguard.ledger.store import Ledger
 from streamguard.quilt import QuiltModel, sigma_inf
 
-from ._common import base_parser, environment, environment_line, markdown_table, output_dir, progress, result_stem, verdict, write_json
+from ._common import base_parser, environment, environment_line, markdown_table, output_dir, progress, verdict, write_report
 
 CHAIN = MarkovChain([[0.9, 0.1], [0.2, 0.8]])
 WINDOW = 10  # positions per aggregate window
@@ -138,11 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"committed 500 at a time. Replay: `Ledger.open` in a fresh interpreter. Rebuild and cached: CPU time, "
         f"median of {reps}, odometer limit {LIMIT} (the daemon's). The replay and rebuild columns grow with the "
         "history: information, not bounded yet (docs/implementation.md, \"Growth\").", table]) + "\n"
-    print(report)
-    stem = result_stem("bench_ledger_growth", args.quick)
-    (out / f"{stem}.md").write_text(report)
-    write_json(out / f"{stem}.json", {"environment": env, "window": WINDOW, "limit": LIMIT, "cells": cells})
-    progress(f"wrote {out / stem}.md and {stem}.json")
+    write_report(out, "bench_ledger_growth", args.quick, report, {"environment": env, "window": WINDOW, "limit": LIMIT, "cells": cells})
     return 0 if all_ok else 1
 
 

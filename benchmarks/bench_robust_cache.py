@@ -32,7 +32,7 @@ from streamguard.model.robust import robust_stream_plan
 from streamguard.model.robust_cache import cached_robust_stream_plan
 from streamguard.redaction.plan_cache import PlanCache
 
-from ._common import base_parser, environment, environment_line, markdown_table, output_dir, progress, result_stem, verdict, write_json
+from ._common import base_parser, environment, environment_line, markdown_table, output_dir, progress, verdict, write_report
 
 EPS = 1.0
 CHAINS = ((0.005, 0.05), (0.03, 0.03))
@@ -91,11 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "# Robust plans at start-up: search vs plan-cache hit",
         environment_line(env),
         f"ε = {EPS:g}, 99 % boxes, medians of {reps} repetitions of CPU seconds in one process.", table]) + "\n"
-    print(report)
-    stem = result_stem("bench_robust_cache", args.quick)
-    (out / f"{stem}.md").write_text(report)
-    write_json(out / f"{stem}.json", {"environment": env, "epsilon": EPS, "reps": reps, "cells": results})
-    progress(f"wrote {out / stem}.md and {stem}.json")
+    write_report(out, "bench_robust_cache", args.quick, report, {"environment": env, "epsilon": EPS, "reps": reps, "cells": results})
     return 0 if all_ok else 1
 
 
