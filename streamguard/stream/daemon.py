@@ -189,7 +189,6 @@ class Daemon:
         #: Wakes the writer from a group commit's wait to look again (_delay_wait): an urgent entry
         #: or a whole group was queued, or the shutdown began.
         self._hurry = asyncio.Event()
-        self._urgent_queued = 0  # urgent entries (_StoreEntry.urgent) in the queue
         #: Per stream, (released, redacted) as of its last committed entry: what the privacy status
         #: and the metrics report, so that they never count a draw that a crash could still lose and
         #: draw again.
@@ -344,7 +343,6 @@ class Daemon:
             self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
             entry.queued, entry.urgent = now, bool(entry.marks or entry.events or entry.aggregates)
             self._queue.append(entry)
-            self._urgent_queued += entry.urgent
             if self._commit_delay and (entry.urgent or len(self._queue) >= STORE_GROUP):
                 self._hurry.set()
             return True
@@ -365,7 +363,6 @@ class Daemon:
             self._queued.clear()
             while self._queue:
                 group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
-                self._urgent_queued -= sum(e.urgent for e in group)
                 self._room.set()
                 report = _reported(group)
                 while True:
@@ -393,8 +390,8 @@ class Daemon:
         """Seconds the group commit (``outbox.commit_delay_ms``) still waits: until that long
         after the oldest queued entry was queued — none while an urgent entry or a whole group
         (STORE_GROUP) is queued, or once the shutdown began."""
-        if (not self._commit_delay or not self._queue or self._urgent_queued or len(self._queue) >= STORE_GROUP
-                or self._closing):
+        if (not self._commit_delay or not self._queue or len(self._queue) >= STORE_GROUP or self._closing
+                or any(e.urgent for e in self._queue)):  # (fewer than STORE_GROUP entries to look at)
             return 0.0
         return self._queue[0].queued + self._commit_delay - time.monotonic()
 
@@ -447,7 +444,6 @@ class Daemon:
         store); a failed or slow commit sends the next ones to the thread for INLINE_BACKOFF."""
         assert self._box is not None
         group = [self._queue.popleft()]
-        self._urgent_queued -= group[0].urgent
         report = _reported(group)
         began, slow = time.monotonic(), True
         try:
@@ -455,7 +451,6 @@ class Daemon:
             slow = time.monotonic() - began > INLINE_MAX
         except Exception:  # noqa: BLE001 - the writer meets the same error and handles it
             self._queue.appendleft(group[0])
-            self._urgent_queued += group[0].urgent
             return False
         finally:
             if slow:
