@@ -113,8 +113,9 @@ async def test_aggregate_windows_are_admitted_by_the_ledger_and_the_odometer_mat
 
     # the ledger file holds every published window, and nothing was refused
     with Ledger.open(settings.ledger_path(), readonly=True) as led:
-        book = led.book("dev", "s")
-        assert sorted((e.lo, e.hi) for _, e in book.aggregate_events) == sorted((a["lo"], a["hi"]) for a in aggs)
+        assert led.book("dev", "s").aggregates.count == len(aggs)
+        assert sorted((lo, hi) for lo, hi, _ in led.aggregate_windows("dev", "s")) == \
+            sorted((a["lo"], a["hi"]) for a in aggs)
         assert led.refusals("dev", "s") == []
 
 
@@ -145,7 +146,7 @@ async def test_budget_filter_refuses_windows_beyond_the_budget_and_a_restart_rem
     assert last is not None and last["would_be"] > 1.0
 
     with Ledger.open(settings.ledger_path(), readonly=True) as led:
-        before = len(led.book("dev", "s").aggregate_events)
+        before = led.book("dev", "s").aggregates.count
     # the sensor's clock goes on (frames stamped at or before the last step of the first run would
     # be redeliveries of it: no new steps)
     spy2 = await _run(settings, _frames(_states(20, seed=5), LABELS, t0=1.79e9 + 1000), "streamguard/dev/#")
@@ -153,7 +154,7 @@ async def test_budget_filter_refuses_windows_beyond_the_budget_and_a_restart_rem
     assert aggs2 and min(a["lo"] for a in aggs2) >= 30  # positions continue: nothing charged twice
     with Ledger.open(settings.ledger_path(), readonly=True) as led:
         book = led.book("dev", "s")
-        assert len(book.aggregate_events) == before + len(aggs2)
+        assert book.aggregates.count == before + len(aggs2)
         eps = max(acc.eps_max() for acc in book.accountants.values())
     assert eps <= 1.0 + 1e-9
 async def test_channel_stream_publishes_channel_outputs_and_the_ledger_records_the_channel(

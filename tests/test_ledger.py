@@ -338,7 +338,7 @@ def test_property_admitted_releases_never_exceed_the_budget(
                 led.book("d", "s").accountants[m1.identifier].eps_max() <= budget
     with Ledger.open(path) as led:
         book = led.book("d", "s")
-        assert len(book.aggregate_events) == len(admitted)
+        assert book.aggregates.count == len(admitted)
         assert len(led.refusals("d", "s")) == len(windows) - len(admitted)
         if admitted:
             assert book.accountants[m1.identifier].eps_max() == fresh(m1, admitted).eps_max()

@@ -49,6 +49,7 @@ from typing import Any
 
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
+from .aggregate_history import AggregateHistory
 from .events import (
     FAMILIES,
     LDP_X,
@@ -118,7 +119,7 @@ class StreamBook:
         self.device = device
         self.stream = stream
         self._model_of = model_of
-        self._agg_events: list[tuple[int, AggregateEvent]] = []
+        self._agg = AggregateHistory()
         self._accountants: dict[str, QuiltAccountant] = {}
         self._marks: dict[str, list[tuple[int, RedactionEvent]]] = {}
         self._chan_events: list[tuple[int, ChannelEvent]] = []
@@ -147,26 +148,27 @@ class StreamBook:
         return self._new_accountant(model_id)
 
     def _new_accountant(self, model_id: str) -> QuiltAccountant:
-        """A fresh accountant for the model, fed with every earlier load (loads are model-free)."""
+        """A fresh accountant for the model, fed with every earlier load: loads are model-free, so
+        another model's accountant holds them all (the same sums, added in the same order)."""
         acc = QuiltAccountant(self._model_of(model_id))
-        for _, ev in self._agg_events:
-            acc.record(ev.lo, ev.hi, ev.load)
+        for s, e, v in next(iter(self._accountants.values())).segments() if self._accountants else ():
+            acc.defer(s, e, v)
         return acc
 
     def add(self, event_id: int, event: Event, accountants: dict[str, QuiltAccountant] | None = None) -> None:
         """Record ``event`` (ledger id ``event_id``). For an aggregate, ``accountants`` may be the
         result of :meth:`accountants_after` for this event; without it the book's accountants are
-        updated in place (replay)."""
+        updated in place, their ε evaluated when first read (replay: ``QuiltAccountant.defer``)."""
         self._check_key(event)
         if isinstance(event, AggregateEvent):
             if accountants is None:
                 if event.model not in self._accountants:
                     self._accountants[event.model] = self._new_accountant(event.model)
                 for acc in self._accountants.values():
-                    acc.record(event.lo, event.hi, event.load)
+                    acc.defer(event.lo, event.hi, event.load)
             else:
                 self._accountants = accountants
-            self._agg_events.append((event_id, event))
+            self._agg.add(event_id, event)
         elif isinstance(event, RedactionEvent):
             self._marks.setdefault(_mark_name(event, event_id), []).append((event_id, event))
         elif isinstance(event, DriftEvent):
@@ -176,8 +178,9 @@ class StreamBook:
 
     # -- what the releases give ------------------------------------------------------------------
     @property
-    def aggregate_events(self) -> list[tuple[int, AggregateEvent]]:
-        return list(self._agg_events)
+    def aggregates(self) -> AggregateHistory:
+        """The summary of the stream's aggregate releases (read it, do not change it)."""
+        return self._agg
 
     @property
     def accountants(self) -> dict[str, QuiltAccountant]:
@@ -199,21 +202,21 @@ class StreamBook:
         return None if self._drift is None else self._drift[1]
 
     def families(self) -> list[Family]:
-        present = {"aggregate": bool(self._agg_events), "redaction": bool(self._marks),
+        present = {"aggregate": self._agg.count > 0, "redaction": bool(self._marks),
                    "channel": bool(self._chan_events)}
         return [f for f in FAMILIES if present[f]]
 
     def span(self, family: Family) -> tuple[int, int] | None:
         """The positions [min lo, max hi] the family's releases of known positions read, or None."""
+        if family == "aggregate":
+            return self._agg.span
         spans = [sp for sp in (ev.span() for ev in self._family_events(family)) if sp is not None]
         if not spans:
             return None
         return (min(a for a, _ in spans), max(b for _, b in spans))
 
     def _family_events(self, family: Family) -> Iterator[Event]:
-        if family == "aggregate":
-            yield from (ev for _, ev in self._agg_events)
-        elif family == "redaction":
+        if family == "redaction":
             yield from (ev for evs in self._marks.values() for _, ev in evs)
         else:
             yield from (ev for _, ev in self._chan_events)

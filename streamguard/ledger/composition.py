@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,9 @@ from ..quilt.influence import MODES, ChainTables
 from ..quilt.model import QuiltModel
 from ..quilt.scale import Scale, sigma_inf, sigma_max, sigma_supq
 
+#: The rules' names in verdicts.
+THM_III7, THM_II6 = "Thm III.7 (Σ ε_k)", "Thm II.6 (K·max ε_k)"
+MIXED_MODELS = "the releases were calibrated under different models Θ"
 #: Max-influence modes of an MQM release.
 MQM_MODES = MODES
 #: The MQMApprox modes (Lemma II.3 bounds; translation-invariant), the setting of Thm III.3.
@@ -223,6 +226,44 @@ def _positive(x: float, name: str) -> None:
 # ----------------------------------------------------------------- rules on recorded releases
 
 
+@dataclass
+class MqmTally:
+    """What Thm III.7 and Thm II.6 need of a sequence of MQM releases, kept incrementally (so a
+    stream's odometer states them without keeping every release: docs/implementation.md,
+    "Growth"). :meth:`add` the releases in order; ``count`` of them, Σ ε, the last position read,
+    the first release's (mode, T, ε) and the index of the first one that differs, and (index, T)
+    of every release whose σ was computed for a finite chain length T."""
+
+    count: int = 0
+    models: set[str] = field(default_factory=set)
+    eps_sum: float = 0.0
+    max_hi: int = -1
+    first: tuple[str, int | None, float] | None = None
+    first_differs: int | None = None
+    timed: list[tuple[int, int]] = field(default_factory=list)
+
+    def add(self, r: MqmRelease) -> None:
+        key = (r.mode, r.T, r.epsilon)
+        if self.first is None:
+            self.first = key
+        elif self.first_differs is None and key != self.first:
+            self.first_differs = self.count
+        if r.T is not None:
+            self.timed.append((self.count, r.T))
+        self.models.add(r.model)
+        self.eps_sum += r.epsilon
+        self.max_hi = max(self.max_hi, r.hi)
+        self.count += 1
+
+
+def _tally(releases: Sequence[Release]) -> MqmTally:
+    tally = MqmTally()
+    for r in releases:
+        assert isinstance(r, MqmRelease)
+        tally.add(r)
+    return tally
+
+
 def thm_III7(releases: Sequence[Release], T: int | None = None) -> Verdict:
     """Thm III.7: K MQM releases on the same chain compose to Σ_k ε_k (notes/002 §4.3).
 
@@ -235,21 +276,32 @@ def thm_III7(releases: Sequence[Release], T: int | None = None) -> Verdict:
     computed on a shorter segment makes the release private only about that segment's secrets —
     Thm III.7 does not cover it (notes §6.7: such pairs exceed max ε).
     """
-    rule = "Thm III.7 (Σ ε_k)"
     reason = _mqm_same_model(releases)
     if reason:
-        return NotApplicable(rule, reason)
-    chain_len = T if T is not None else max(r.hi for r in releases) + 1
-    for n, r in enumerate(releases):
-        if r.hi >= chain_len:
-            return NotApplicable(rule, f"release {n} reads position {r.hi} beyond the chain length {chain_len}")
-        if r.T is not None and r.T < chain_len:
-            return NotApplicable(
-                rule,
-                f"release {n}: σ was computed for T = {r.T} < chain length {chain_len}, so it is not an "
-                "MQM release on the whole chain",
-            )
-    return Composed(rule, float(sum(r.epsilon for r in releases)), f"every position 0..{chain_len - 1}")
+        return NotApplicable(THM_III7, reason)
+    beyond = None if T is None else next(((n, r.hi) for n, r in enumerate(releases) if r.hi >= T), None)
+    return tally_III7(_tally(releases), T, beyond)
+
+
+def tally_III7(tally: MqmTally, T: int | None = None, beyond: tuple[int, int] | None = None) -> Verdict:
+    """:func:`thm_III7` on the tally of the releases; ``beyond`` is (index, last position read) of
+    the first release reading a position ≥ ``T`` (None: none does; always None without ``T``)."""
+    if tally.count == 0:
+        return NotApplicable(THM_III7, "no releases")
+    if len(tally.models) > 1:
+        return NotApplicable(THM_III7, MIXED_MODELS)
+    chain_len = T if T is not None else tally.max_hi + 1
+    short = next(((n, t) for n, t in tally.timed if t < chain_len), None)
+    if beyond is not None and (short is None or beyond[0] <= short[0]):
+        return NotApplicable(THM_III7, f"release {beyond[0]} reads position {beyond[1]} beyond the chain length "
+                                       f"{chain_len}")
+    if short is not None:
+        return NotApplicable(
+            THM_III7,
+            f"release {short[0]}: σ was computed for T = {short[1]} < chain length {chain_len}, so it is not an "
+            "MQM release on the whole chain",
+        )
+    return Composed(THM_III7, float(tally.eps_sum), f"every position 0..{chain_len - 1}")
 
 
 def thm_II6(releases: Sequence[Release], T: int | None = None) -> Verdict:
@@ -259,19 +311,23 @@ def thm_II6(releases: Sequence[Release], T: int | None = None) -> Verdict:
     only way they can be: the scale searches were identical — same Θ, mode, chain length and ε.
     (Then K·max ε = Σ ε; the rule is kept for audit cross-checks.)
     """
-    rule = "Thm II.6 (K·max ε_k)"
     base = thm_III7(releases, T)
     if isinstance(base, NotApplicable):
-        return NotApplicable(rule, base.reason)
-    first = releases[0]
-    assert isinstance(first, MqmRelease)
-    for n, r in enumerate(releases[1:], start=1):
-        assert isinstance(r, MqmRelease)
-        if (r.mode, r.T, r.epsilon) != (first.mode, first.T, first.epsilon):
-            return NotApplicable(
-                rule, f"release {n} differs from release 0 in mode, T or ε: identical quilt sets are not established"
-            )
-    return Composed(rule, len(releases) * max(r.epsilon for r in releases), base.covers)
+        return NotApplicable(THM_II6, base.reason)
+    return tally_II6(_tally(releases), T)
+
+
+def tally_II6(tally: MqmTally, T: int | None = None) -> Verdict:
+    """:func:`thm_II6` on the tally of the releases (none reads beyond ``T``)."""
+    base = tally_III7(tally, T)
+    if isinstance(base, NotApplicable):
+        return NotApplicable(THM_II6, base.reason)
+    if tally.first_differs is not None:
+        return NotApplicable(
+            THM_II6, f"release {tally.first_differs} differs from release 0 in mode, T or ε: identical quilt sets "
+                     "are not established")
+    assert tally.first is not None
+    return Composed(THM_II6, tally.count * tally.first[2], base.covers)  # every ε is the first one
 
 
 def thm_III3(releases: Sequence[Release]) -> Verdict:
@@ -364,7 +420,7 @@ def _mqm_same_model(releases: Sequence[Release]) -> str | None:
             return f"release {n} is not an MQM release"
     models = {r.model for r in releases}  # type: ignore[union-attr]
     if len(models) > 1:
-        return "the releases were calibrated under different models Θ"
+        return MIXED_MODELS
     return None
 
 

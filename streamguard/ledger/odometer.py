@@ -25,8 +25,9 @@ from typing import Any
 
 from .._json import json_number
 from .book import StreamBook
-from .composition import Composed, MqmRelease, thm_II6, thm_III7
-from .events import LDP_X, AggregateEvent
+from .aggregate_history import ModelHistory
+from .composition import Composed, MqmTally, tally_II6, tally_III7
+from .events import LDP_X
 from .store import Ledger
 
 UNDER_THE_MODEL = (
@@ -54,53 +55,70 @@ def _recent(items: list[Any], limit: int | None) -> tuple[list[Any], bool]:
     return items[-limit:], True
 
 
-def paper_rules(own: list[AggregateEvent], others: int) -> dict[str, Any]:
+def paper_rules(model: ModelHistory | None, others: int) -> dict[str, Any]:
     """Thm III.7 (Σ ε_k) and Thm II.6 (K·max ε_k) over the releases calibrated under one model,
     each as ``{"epsilon": …}`` or ``{"not_applicable": reason}`` (``ledger.composition`` checks
-    their conditions). Releases of other models read the same stream: no paper rule covers the mix."""
+    their conditions on the releases' tally). Releases of other models read the same stream: no
+    paper rule covers the mix."""
+    if model is not None and model.error is not None:
+        raise model.error
+    tally = MqmTally() if model is None else model.tally
     out: dict[str, Any] = {}
-    for name, rule in (("thm_III7_sum", thm_III7), ("thm_II6_k_max", thm_II6)):
+    for name, rule in (("thm_III7_sum", tally_III7), ("thm_II6_k_max", tally_II6)):
         if others:
             out[name] = {"not_applicable": f"{others} release(s) calibrated under other models read this stream; "
                                            "the paper's rules compose releases of one model"}
             continue
-        verdict = rule([MqmRelease(ev.epsilon, ev.lo, ev.hi, ev.model, ev.mode, ev.T) for ev in own])
+        verdict = rule(tally)
         out[name] = ({"epsilon": json_number(verdict.epsilon)} if isinstance(verdict, Composed)
                      else {"not_applicable": verdict.reason})
     return out
 
 
-def aggregate_section(book: StreamBook, budget: float | None, limit: int | None) -> dict[str, Any] | None:
-    events = book.aggregate_events
-    if not events:
+def _windows(ledger: Ledger, book: StreamBook, limit: int | None) -> tuple[list[tuple[int, int, float]], bool]:
+    """The latest ``limit`` aggregate windows (None: all), from the book's summary when it keeps
+    that many, else from the ledger file; and whether there are more."""
+    history = book.aggregates
+    if limit is not None and limit <= len(history.recent):
+        return list(history.recent)[len(history.recent) - limit:], history.count > limit
+    if history.count == len(history.recent):
+        return list(history.recent), False
+    return _recent(ledger.aggregate_windows(book.device, book.stream), limit)
+
+
+def aggregate_section(book: StreamBook, budget: float | None, windows: list[tuple[int, int, float]],
+                      truncated: bool) -> dict[str, Any] | None:
+    """The aggregate family; ``windows`` are the (lo, hi, load) listed, ``truncated`` whether
+    there are more."""
+    history = book.aggregates
+    if not history.count:
         return None
     accountants = book.accountants
     models = []
     for mid, acc in sorted(accountants.items()):
-        own = [ev for _, ev in events if ev.model == mid]
-        others = len(events) - len(own)
+        own = history.models.get(mid)
+        calibrated = history.calibrated(mid)
         entry: dict[str, Any] = {
             "model": mid,
-            "mode": own[0].mode if own else None,
+            "mode": own.mode if own else None,
             "eps_max": json_number(float(acc.eps_max())),
-            "releases_calibrated": len(own),
+            "releases_calibrated": calibrated,
         }
-        entry["paper"] = paper_rules(own, others)
+        entry["paper"] = paper_rules(own, history.count - calibrated)
         models.append(entry)
     eps = max(float(acc.eps_max()) for acc in accountants.values())
-    windows, truncated = _recent([[ev.lo, ev.hi, ev.load] for _, ev in events], limit)
     out: dict[str, Any] = {
         "rule": "per-position quilt accountant over all aggregate releases (notes/002 §4.7); "
                 "the guarantee under the union of the models is the worst of them",
         "epsilon": json_number(eps),
         **_budget(eps, budget),
-        "releases": len(events),
-        "covered": list(book.span("aggregate") or []),
-        "windows": windows,  # [lo, hi, load ρ = L/β]
+        "releases": history.count,
+        "covered": list(history.span or []),
+        "windows": [list(w) for w in windows],  # [lo, hi, load ρ = L/β]
         "windows_truncated": truncated,
         "models": models,
-        "deterministic": any(ev.deterministic for _, ev in events),
-        "t_independent": all(ev.t_independent for _, ev in events),
+        "deterministic": history.deterministic,
+        "t_independent": history.t_independent,
     }
     if out["deterministic"]:
         out["warning"] = SEEDED_NOTE
@@ -184,7 +202,7 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
         "device": device,
         "stream": stream,
         "under_the_model": UNDER_THE_MODEL,
-        "aggregate": aggregate_section(book, budgets.get("aggregate"), limit),
+        "aggregate": aggregate_section(book, budgets.get("aggregate"), *_windows(ledger, book, limit)),
         "redaction": redaction_section(book, budgets.get("redaction"), limit),
         "channel": channel_section(book, budgets.get("channel"), limit),
         "composition": book.cross_family(),

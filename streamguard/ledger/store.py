@@ -16,7 +16,11 @@ restart never forgets spent budget. The derived state stored with every aggregat
 accountant's load segments, its ε_max and the last event it includes (notes/002 §4.8: "persist ρ
 run-lengths and the release log") — is checked against the replay: different loads or an
 ε_max below the stored one (an under-count) raise :class:`LedgerCorrupt`; the ledger does not
-open on a state it cannot reproduce.
+open on a state it cannot reproduce. The replay evaluates ε once over all positions instead of
+release by release, which can change the last bits: a replayed ε_max at most :data:`SAME_RTOL`
+above the stored one is the same figure, and the stored one is kept (so a restart changes no
+budget decision), as is a stored one above the replay; a replay further above is kept (more
+conservative, with a warning).
 
 **Integrity chain.** Each event row carries digest_n = SHA-256(digest_{n−1} ‖ id ‖ canonical
 JSON), so an exported ledger with an edited or deleted event is detected offline
@@ -71,9 +75,12 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 GENESIS = "0" * 64
-#: Relative tolerance for comparing a replayed ε with a stored one (same code, same order:
-#: normally bit-identical; this only absorbs a last-ulp difference of a library upgrade).
+#: Relative tolerance for comparing a replayed ε with a stored one (the same loads, evaluated once
+#: over all positions at replay instead of release by release: equal up to the last bits).
 REPLAY_RTOL = 1e-9
+#: A replayed ε_max this close (relative) below the stored one is the same figure in other rounding:
+#: the stored one is kept (far below the noise margin the daemon adds, ``aggregates.SIGMA_MARGIN``).
+SAME_RTOL = 1e-12
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -290,7 +297,7 @@ class Ledger:
                   for d, s, m, upto, seg, eps in self._db.execute(
                       "SELECT device, stream, model, upto, segments, eps_max FROM derived")}
         for key, book in self._books.items():
-            last = book.aggregate_events[-1][0] if book.aggregate_events else None
+            last = book.aggregates.last_id
             for mid, acc in book.accountants.items():
                 got = stored.pop((*key, mid), None)
                 where = f"{key[0]}/{key[1]} under model {mid}"
@@ -304,7 +311,7 @@ class Ledger:
                 replayed = float(acc.eps_max())
                 if replayed < eps * (1 - REPLAY_RTOL):
                     raise LedgerCorrupt(f"{where}: replay gives ε_max {replayed:.12g} < stored {eps:.12g}")
-                if replayed > eps * (1 + REPLAY_RTOL):
+                if not acc.adopt(eps, SAME_RTOL):
                     log.warning("%s: replay gives ε_max %.12g > stored %.12g (more conservative; kept)",
                                 where, replayed, eps)
         if stored:
@@ -365,6 +372,19 @@ class Ledger:
     def budgets(self, device: str, stream: str) -> dict[Family, float]:
         """The budget of each family at its latest :meth:`admit` on this stream."""
         return dict(self._budgets.get((device, stream), {}))
+
+    def aggregate_windows(self, device: str, stream: str) -> list[tuple[int, int, float]]:
+        """Every aggregate window of the stream, (lo, hi, load ρ = L/β) in ledger order, read from
+        the file (the book keeps only the latest: ``ledger/aggregate_history.py``)."""
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM events WHERE device = ? AND stream = ? AND family = 'aggregate' "
+                                    "ORDER BY id", (device, stream)).fetchall()
+        out = []
+        for (body,) in rows:
+            ev = event_from_json(json.loads(body))
+            assert isinstance(ev, AggregateEvent)
+            out.append((ev.lo, ev.hi, ev.load))
+        return out
 
     @property
     def head(self) -> tuple[int, str]:

@@ -54,6 +54,8 @@ DEFAULT_FLOOR = 1e-9
 #: Largest radius the default choice will pick; slower chains need an explicit ``radius``.
 MAX_DEFAULT_RADIUS = 1 << 14
 JSON_VERSION = 1
+#: Positions evaluated per kernel call when deferred releases are settled (bounds the memory).
+SETTLE_CHUNK = 1 << 16
 
 
 @kernel
@@ -150,6 +152,7 @@ class QuiltAccountant:
         self._ends: list[int] = []
         self._vals: list[float] = []
         self._eps_max = self.floor
+        self._unsettled: list[tuple[int, int]] = []  # ranges whose ε is not in eps_max yet (defer)
 
     @staticmethod
     def _default_radius(model: QuiltModel) -> int:
@@ -254,20 +257,55 @@ class QuiltAccountant:
 
     def _max_with(self, lo: int, hi: int, load: float) -> float:
         """eps_max if ``load`` were added on [lo, hi] (no state change)."""
+        self._settle()
         eps, _, _, _ = self._evaluate(max(self.chain_start, lo - self.radius), hi + self.radius, (lo, hi, load))
         return max(self._eps_max, float(eps.max()))
 
     # -- public API -----------------------------------------------------------------------------
     def record(self, lo: int, hi: int, load: float) -> float:
         """Add ``load`` (= L/β of a release) to positions lo..hi; returns the new eps_max."""
+        self.defer(lo, hi, load)
+        return self.eps_max()
+
+    def defer(self, lo: int, hi: int, load: float) -> None:
+        """:meth:`record` without evaluating ε yet (a replay of many releases): the positions the
+        release can change, [lo − R, hi + R], are evaluated once for all deferred releases before
+        anything reads eps_max (:meth:`_settle`). The result is the same: ε_i only grows with the
+        loads, and a release on [lo, hi] changes ε_i only for i in [lo − R, hi + R] (module
+        docstring), so the final ε over the union of those ranges is the running maximum."""
         lo, hi = self._window(lo, hi)
         x = _check_load(load)
         if x == 0.0:
-            return self._eps_max
+            return
         self._add(lo, hi, x)
-        eps, _, _, _ = self._evaluate(max(self.chain_start, lo - self.radius), hi + self.radius)
-        self._eps_max = max(self._eps_max, float(eps.max()))
-        return self._eps_max
+        self._unsettled.append((max(self.chain_start, lo - self.radius), hi + self.radius))
+
+    def _settle(self) -> None:
+        """Evaluate the ranges of deferred releases (merged, in pieces of ≤ SETTLE_CHUNK positions)."""
+        if not self._unsettled:
+            return
+        ranges, self._unsettled = sorted(self._unsettled), []
+        merged = [list(ranges[0])]
+        for a, b in ranges[1:]:
+            if a <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for a, b in merged:
+            for p0 in range(a, b + 1, SETTLE_CHUNK):
+                eps, _, _, _ = self._evaluate(p0, min(b, p0 + SETTLE_CHUNK - 1))
+                self._eps_max = max(self._eps_max, float(eps.max()))
+
+    def adopt(self, eps_max: float, rtol: float) -> bool:
+        """Take ``eps_max`` — the figure a process that recorded the same loads stored — if it is
+        not below this accountant's own, or below it by at most ``rtol`` (relative): the same loads
+        evaluated in another order (:meth:`defer`) can differ in the last bits. Returns whether
+        it did; never takes a figure below the floor."""
+        own = self.eps_max()
+        if not (eps_max >= own * (1 - rtol) and eps_max >= self.floor):
+            return False
+        self._eps_max = float(eps_max)
+        return True
 
     def would_exceed(self, lo: int, hi: int, load: float, budget: float) -> bool:
         """Would recording ``load`` on [lo, hi] push eps_max above ``budget``? (no state change)"""
@@ -287,6 +325,7 @@ class QuiltAccountant:
 
     def eps_max(self) -> float:
         """max over θ and all positions (released or not) of ε_i: the running guarantee."""
+        self._settle()
         return self._eps_max
 
     def calibrate(self, lo: int, hi: int, lipschitz: float, budget: float) -> float:
@@ -300,7 +339,7 @@ class QuiltAccountant:
         budget = float(budget)
         if L == 0.0 or not math.isfinite(budget):
             raise ValueError("lipschitz must be > 0 and budget finite")
-        if self._eps_max > budget:
+        if self.eps_max() > budget:
             raise ValueError(f"budget {budget} already exceeded (eps_max = {self._eps_max})")
         good, bad = 0.0, budget
         if self._max_with(lo, hi, bad) <= budget:
@@ -331,7 +370,7 @@ class QuiltAccountant:
             "radius": self.radius,
             "chain_start": self.chain_start,
             "segments": [[s, e, v] for s, e, v in self.segments()],
-            "eps_max": self._eps_max,
+            "eps_max": self.eps_max(),
         }
 
     @classmethod

@@ -1,0 +1,192 @@
+"""The book keeps a constant-size summary of a stream's aggregate releases, not the releases
+(ledger/aggregate_history.py; docs/implementation.md, "Growth").
+
+Every figure the odometer states about aggregates is checked against an oracle written here from
+the list of recorded events alone: the quilt accountant fed release by release (notes/002 §4.7),
+Thm III.7 and Thm II.6 computed from their conditions (notes/002 §4.2–4.3), the windows, spans and
+flags. Histories are random (seeded): several models and modes, gaps and overlaps, finite-T
+releases, seeded samplers, a model that appears mid-stream. The live ledger, the replayed one and
+a status with a short list all agree with the oracle; a replay keeps no event object in memory.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamguard._json import json_number
+from streamguard.chain import MarkovChain
+from streamguard.ledger.aggregate_history import KEEP
+from streamguard.ledger.events import AggregateEvent
+from streamguard.ledger.odometer import odometer
+from streamguard.ledger.store import Ledger
+from streamguard.quilt import QuiltModel, sigma_inf, sigma_max
+from streamguard.quilt.accountant import QuiltAccountant
+
+MODELS = [QuiltModel(MarkovChain([[0.9, 0.1], [0.2, 0.8]]), "stat"),
+          QuiltModel(MarkovChain([[0.8, 0.2], [0.3, 0.7]]), "approx"),
+          QuiltModel(MarkovChain([[0.85, 0.15], [0.25, 0.75]]), "stat")]
+
+
+def _event(rng: random.Random, model: QuiltModel, lo: int, style: int) -> AggregateEvent:
+    """style 0: anything; 1: finite T only beyond the stream (Thm III.7 applies), ε varies;
+    2: no finite T, one ε after the first release (Thm II.6 may apply too)."""
+    hi = lo + rng.randint(0, 30)
+    eps = rng.choice([0.5, 1.0, 1.0, 2.0]) if style < 2 or lo == 0 else 1.0
+    timed = style < 2 and rng.random() < 0.15
+    T = (hi + 1 + rng.choice([0, 5, 200]) if style == 0 else 10**6) if timed else None
+    sigma = (sigma_max(model, eps, T) if timed else sigma_inf(model, eps)).sigma
+    L = rng.choice([1.0, 2.0])
+    return AggregateEvent(device="d", stream="s", time=1.0, kind="count", lo=lo, hi=hi, lipschitz=L, beta=L * sigma,
+                          sigma=sigma, epsilon=eps, model=model.identifier, mode=model.mode, witness=None,
+                          t_independent=not timed, T=T, sampler="csprng", deterministic=style == 0 and rng.random() < 0.01)
+
+
+def _history(seed: int, n: int) -> list[AggregateEvent]:
+    """Mostly tumbling windows with gaps and overlaps; in style 0 other models join mid-stream."""
+    rng = random.Random(seed)
+    style = seed % 3
+    out, pos = [], 0
+    models = MODELS[: rng.choice([1, 2, 3])] if style == 0 else [rng.choice(MODELS)]
+    for k in range(n):
+        live = models[: 1 + k * len(models) // n]
+        ev = _event(rng, rng.choice(live), pos, style)
+        out.append(ev)
+        pos = ev.hi + 1 + rng.choice([0, 0, 0, 3, -5 if ev.hi - ev.lo > 6 else 0])
+    return out
+
+
+def _oracle_rules(own: list[AggregateEvent], others: int) -> dict[str, Any]:
+    """Thm III.7 and Thm II.6 from their conditions (notes/002 §4.2, §4.3), on the list."""
+    if others:
+        na = {"not_applicable": f"{others} release(s) calibrated under other models read this stream; "
+                                "the paper's rules compose releases of one model"}
+        return {"thm_III7_sum": na, "thm_II6_k_max": na}
+    chain_len = max(ev.hi for ev in own) + 1
+    short = [n for n, ev in enumerate(own) if ev.T is not None and ev.T < chain_len]
+    if short:
+        ev = own[short[0]]
+        why = {"not_applicable": f"release {short[0]}: σ was computed for T = {ev.T} < chain length {chain_len}, "
+                                 "so it is not an MQM release on the whole chain"}
+        return {"thm_III7_sum": why, "thm_II6_k_max": why}
+    total = 0.0
+    for ev in own:
+        total += ev.epsilon
+    first = (own[0].mode, own[0].T, own[0].epsilon)
+    differ = [n for n, ev in enumerate(own) if (ev.mode, ev.T, ev.epsilon) != first]
+    k_max = ({"not_applicable": f"release {differ[0]} differs from release 0 in mode, T or ε: identical quilt sets "
+                                "are not established"} if differ
+             else {"epsilon": json_number(len(own) * max(ev.epsilon for ev in own))})
+    return {"thm_III7_sum": {"epsilon": json_number(total)}, "thm_II6_k_max": k_max}
+
+
+def _oracle(events: list[AggregateEvent], limit: int | None) -> dict[str, Any]:
+    """The aggregate section from the events alone (every model's accountant fed every load)."""
+    mids = sorted({ev.model for ev in events})
+    eps = {}
+    for mid in mids:
+        acc = QuiltAccountant(next(m for m in MODELS if m.identifier == mid))
+        for ev in events:
+            acc.record(ev.lo, ev.hi, ev.load)
+        eps[mid] = acc.eps_max()
+    windows = [[ev.lo, ev.hi, ev.load] for ev in events]
+    shown = windows if limit is None else windows[-limit:]
+    return {
+        "epsilon": max(eps.values()),
+        "releases": len(events),
+        "covered": [min(ev.lo for ev in events), max(ev.hi for ev in events)],
+        "windows": shown,
+        "windows_truncated": len(shown) < len(windows),
+        "deterministic": any(ev.deterministic for ev in events),
+        "t_independent": all(ev.t_independent for ev in events),
+        "models": [{"model": mid, "mode": next(ev.mode for ev in events if ev.model == mid), "eps_max": eps[mid],
+                    "releases_calibrated": sum(ev.model == mid for ev in events),
+                    "paper": _oracle_rules([ev for ev in events if ev.model == mid],
+                                           sum(ev.model != mid for ev in events))} for mid in mids],
+    }
+
+
+def _check(section: dict[str, Any], want: dict[str, Any], *, exact: bool) -> None:
+    approx = (lambda x: x) if exact else (lambda x: pytest.approx(x, rel=1e-12))
+    assert section["epsilon"] == approx(want["epsilon"])
+    for got, exp in zip(section["models"], want["models"], strict=True):
+        assert got["eps_max"] == approx(exp["eps_max"])
+        assert {k: got[k] for k in exp if k != "eps_max"} == {k: v for k, v in exp.items() if k != "eps_max"}
+    for key in ("releases", "covered", "windows", "windows_truncated", "deterministic", "t_independent"):
+        assert section[key] == want[key], key
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_summary_states_what_the_events_give(tmp_path: Path, seed: int) -> None:
+    events = _history(seed, 150)
+    multi = len({ev.model for ev in events}) > 1  # a model that joins later starts from the others' loads
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        for k, ev in enumerate(events):
+            model = next(m for m in MODELS if m.identifier == ev.model)
+            if k % 2:
+                led.admit(ev, 1e9, model=model)
+            else:
+                led.commit(ev, model=model)
+        live = odometer(led, "d", "s", limit=None)["aggregate"]
+        live20 = odometer(led, "d", "s", limit=20)["aggregate"]
+    _check(live, _oracle(events, None), exact=not multi)
+    _check(live20, _oracle(events, 20), exact=not multi)
+    with Ledger.open(path, readonly=True) as led:  # the replay states the same figures as the live ledger
+        assert odometer(led, "d", "s", limit=None)["aggregate"] == live
+        assert odometer(led, "d", "s", limit=20)["aggregate"] == live20
+        assert led.aggregate_windows("d", "s") == [(ev.lo, ev.hi, ev.load) for ev in events]
+
+
+def test_the_chain_length_is_the_furthest_position_read(tmp_path: Path) -> None:
+    """Thm III.7's chain is 0..(last position any release read), not the latest release's end:
+    a σ for T = 150 does not cover a stream already read up to position 199."""
+    model = MODELS[0]
+    wide, narrow = (AggregateEvent(device="d", stream="s", time=1.0, kind="count", lo=0, hi=hi, lipschitz=1.0,
+                                   beta=sig, sigma=sig, epsilon=1.0, model=model.identifier, mode=model.mode,
+                                   witness=None, t_independent=T is None, T=T, sampler="csprng", deterministic=False)
+                    for hi, T, sig in ((199, None, sigma_inf(model, 1.0).sigma), (9, 150, sigma_max(model, 1.0, 150).sigma)))
+    with Ledger.open(tmp_path / "l.db") as led:
+        led.commit(wide, model=model)
+        led.commit(narrow)
+        section = odometer(led, "d", "s")["aggregate"]
+    _check(section, _oracle([wide, narrow], None), exact=True)
+    assert "T = 150 < chain length 200" in section["models"][0]["paper"]["thm_III7_sum"]["not_applicable"]
+
+
+def test_lists_longer_than_the_summary_keeps_come_from_the_file(tmp_path: Path) -> None:
+    events = _history(99, KEEP + 30)
+    with Ledger.open(tmp_path / "l.db") as led:
+        for ev in events:
+            led.commit(ev, model=next(m for m in MODELS if m.identifier == ev.model))
+        assert len(led.book("d", "s").aggregates.recent) == KEEP
+        for limit in (None, KEEP - 1, KEEP, KEEP + 1, KEEP + 30, KEEP + 31):
+            doc = odometer(led, "d", "s", limit=limit)["aggregate"]
+            want = [[ev.lo, ev.hi, ev.load] for ev in events]
+            assert doc["windows"] == (want if limit is None else want[-limit:]), limit
+            assert doc["windows_truncated"] == (limit is not None and limit < len(events)), limit
+
+
+def test_a_replay_keeps_no_release_in_memory(tmp_path: Path) -> None:
+    """The summary, not the events: after the replay of 2,000 windows no AggregateEvent is alive."""
+    model = MODELS[0]
+    sigma = sigma_inf(model, 1.0).sigma
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        for k in range(2000):
+            led.commit(AggregateEvent(device="d", stream="s", time=1.0, kind="count", lo=10 * k, hi=10 * k + 9,
+                                      lipschitz=1.0, beta=sigma, sigma=sigma, epsilon=1.0, model=model.identifier,
+                                      mode=model.mode, witness=None, t_independent=True, sampler="csprng",
+                                      deterministic=False), model=model)
+    gc.collect()
+    with Ledger.open(path, readonly=True) as led:
+        gc.collect()
+        alive = sum(isinstance(o, AggregateEvent) for o in gc.get_objects())
+        book = led.book("d", "s")
+        assert alive == 0
+        assert book.aggregates.count == 2000 and len(book.aggregates.recent) == KEEP
+        assert len(book.accountants[model.identifier].segments()) == 1  # tumbling windows: one load run
