@@ -139,7 +139,7 @@ def test_the_summary_states_what_the_events_give(tmp_path: Path, seed: int) -> N
     with Ledger.open(path, readonly=True) as led:  # the replay states the same figures as the live ledger
         assert odometer(led, "d", "s", limit=None)["aggregate"] == live
         assert odometer(led, "d", "s", limit=20)["aggregate"] == live20
-        assert led.aggregate_windows("d", "s") == [(ev.lo, ev.hi, ev.load) for ev in events]
+        assert led.events_of("d", "s", "aggregate") == events
 
 
 def test_the_chain_length_is_the_furthest_position_read(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ async def test_aggregate_windows_are_admitted_by_the_ledger_and_the_odometer_mat
     # the ledger file holds every published window, and nothing was refused
     with Ledger.open(settings.ledger_path(), readonly=True) as led:
         assert led.book("dev", "s").aggregates.count == len(aggs)
-        assert sorted((lo, hi) for lo, hi, _ in led.aggregate_windows("dev", "s")) == \
+        assert sorted(ev.span() for ev in led.events_of("dev", "s", "aggregate")) == \
             sorted((a["lo"], a["hi"]) for a in aggs)
         assert led.refusals("dev", "s") == []
 
@@ -183,9 +183,10 @@ async def test_channel_stream_publishes_channel_outputs_and_the_ledger_records_t
     assert leak is not None
     assert privacy["ledger"]["channel"] is not None
     with Ledger.open(settings.ledger_path(), readonly=True) as led:
-        evs = led.book("dev", "s").channel_events
-    assert evs and evs[0][1].lo == 0 and evs[-1][1].hi >= n - 1
-    assert any(c.notion == "ldp_x" and c.epsilon == 1.0 for c in evs[0][1].claims)
+        evs = led.events_of("dev", "s", "channel")
+        assert led.book("dev", "s").channels.count == len(evs)
+    assert evs and evs[0].lo == 0 and evs[-1].hi >= n - 1  # type: ignore[union-attr]
+    assert any(c.notion == "ldp_x" and c.epsilon == 1.0 for c in evs[0].claims)  # type: ignore[union-attr]
 
 
 async def test_non_markov_channel_reads_the_sensitive_field_of_each_frame(mosquitto: Broker, tmp_path: Path) -> None:

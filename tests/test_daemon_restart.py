@@ -159,7 +159,7 @@ async def test_sigkill_and_restart(mosquitto: Broker, tmp_path: Path) -> None:
     assert len(aggregates) >= 10
     with Ledger.open(tmp_path / "outbox.ledger.sqlite", readonly=True) as led:
         book = led.book(DEVICE, STREAM)
-        charged = sorted((lo, hi) for lo, hi, _ in led.aggregate_windows(DEVICE, STREAM))
+        charged = sorted(ev.span() for ev in led.events_of(DEVICE, STREAM, "aggregate"))
         assert set(aggregates) <= set(charged)
         assert all(a[1] < b[0] for a, b in zip(charged, charged[1:]))
         assert max(acc.eps_max() for acc in book.accountants.values()) <= 1.0 + 1e-9

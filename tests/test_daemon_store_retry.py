@@ -58,5 +58,5 @@ def test_a_retried_group_is_recorded_in_the_ledger_once(tmp_path: Path) -> None:
         box.ack(r.id for r in box.peek(100))  # the publisher makes room
         d._persist(box, group)  # the writer's retry
         book = ledger.book("dev", "s")
-        assert len(book.channel_events) == 1, [ev.span() for _, ev in book.channel_events]
-        assert book.aggregates.count == 1, ledger.aggregate_windows("dev", "s")
+        assert book.channels.count == 1, [ev.span() for ev in ledger.events_of("dev", "s", "channel")]
+        assert book.aggregates.count == 1, [ev.span() for ev in ledger.events_of("dev", "s", "aggregate")]

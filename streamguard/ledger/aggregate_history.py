@@ -12,7 +12,7 @@ is kept incrementally instead (docs/implementation.md, "Growth"):
   Σ ε, the last position read, the first release that differs from the first), and the
   mode of its first release;
 * the latest :data:`KEEP` windows (lo, hi, load) for the odometer's list; the whole list is read
-  back from the ledger file on request (:meth:`streamguard.ledger.store.Ledger.aggregate_windows`).
+  back from the ledger file on request (:meth:`streamguard.ledger.store.Ledger.events_of`).
 
 Memory is then independent of the number of releases (but for the accountants' load segments,
 which merge where neighbouring positions carry equal loads, and the releases with a finite

@@ -1,7 +1,9 @@
 """One stream's privacy book: the guarantees its recorded releases give, family by family.
 
 A :class:`StreamBook` is fed the events of one stream (device, stream) in ledger order and keeps
-only what the composition rules need. Each family is composed by the rule that supports it
+only what the composition rules need: summaries of constant size for aggregates and channels
+(``aggregate_history.py``, ``channel_history.py``; the events stay in the ledger file), and the
+events of each redaction mark. Each family is composed by the rule that supports it
 (DESIGN.md §4, §8) — and only by that rule:
 
 * **aggregate** — the per-position quilt accountant (notes/002 §4.7):
@@ -50,11 +52,11 @@ from typing import Any
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
 from .aggregate_history import AggregateHistory
+from .channel_history import ChannelHistory
 from .events import (
     FAMILIES,
     LDP_X,
     AggregateEvent,
-    ChannelEvent,
     DriftEvent,
     Event,
     Family,
@@ -96,21 +98,6 @@ def _spans_meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def _max_overlap_sum(spans: list[tuple[int, int, float]], lo: int, hi: int) -> float:
-    """max over records j ∈ [lo, hi] of Σ {w : (a, b, w) ∈ spans, a ≤ j ≤ b} (a sweep)."""
-    points: list[tuple[int, int, float]] = []
-    for a, b, w in spans:
-        a, b = max(a, lo), min(b, hi)
-        if a <= b:
-            points.append((a, 1, w))
-            points.append((b + 1, 0, -w))  # an end at j sorts before a start at j: [a, b] excludes b + 1
-    best = running = 0.0
-    for _, _, w in sorted(points):
-        running += w
-        best = max(best, running)
-    return best
-
-
 class StreamBook:
     """The replayed state of one stream (module docstring). ``model_of(id)`` returns the
     :class:`QuiltModel` an aggregate event names (the ledger registers them)."""
@@ -122,7 +109,7 @@ class StreamBook:
         self._agg = AggregateHistory()
         self._accountants: dict[str, QuiltAccountant] = {}
         self._marks: dict[str, list[tuple[int, RedactionEvent]]] = {}
-        self._chan_events: list[tuple[int, ChannelEvent]] = []
+        self._chan = ChannelHistory()
         self._drift: tuple[int, DriftEvent] | None = None
 
     # -- feeding ---------------------------------------------------------------------------------
@@ -174,7 +161,7 @@ class StreamBook:
         elif isinstance(event, DriftEvent):
             self._drift = (event_id, event)
         else:
-            self._chan_events.append((event_id, event))
+            self._chan.add(event)
 
     # -- what the releases give ------------------------------------------------------------------
     @property
@@ -193,8 +180,9 @@ class StreamBook:
         return {k: list(v) for k, v in sorted(self._marks.items(), key=lambda kv: (kv[1][0][1].order, kv[1][0][0]))}
 
     @property
-    def channel_events(self) -> list[tuple[int, ChannelEvent]]:
-        return list(self._chan_events)
+    def channels(self) -> ChannelHistory:
+        """The summary of the stream's channel releases (read it, do not change it)."""
+        return self._chan
 
     @property
     def drift(self) -> DriftEvent | None:
@@ -203,23 +191,22 @@ class StreamBook:
 
     def families(self) -> list[Family]:
         present = {"aggregate": self._agg.count > 0, "redaction": bool(self._marks),
-                   "channel": bool(self._chan_events)}
+                   "channel": self._chan.count > 0}
         return [f for f in FAMILIES if present[f]]
 
     def span(self, family: Family) -> tuple[int, int] | None:
         """The positions [min lo, max hi] the family's releases of known positions read, or None."""
         if family == "aggregate":
             return self._agg.span
+        if family == "channel":
+            return self._chan.span
         spans = [sp for sp in (ev.span() for ev in self._family_events(family)) if sp is not None]
         if not spans:
             return None
         return (min(a for a, _ in spans), max(b for _, b in spans))
 
     def _family_events(self, family: Family) -> Iterator[Event]:
-        if family == "redaction":
-            yield from (ev for evs in self._marks.values() for _, ev in evs)
-        else:
-            yield from (ev for _, ev in self._chan_events)
+        yield from (ev for evs in self._marks.values() for _, ev in evs)
 
     def mark_leakage(self, mark: str) -> float:
         """The worst recorded exact leakage about the mark's position (max over its events; +∞ for
@@ -228,40 +215,16 @@ class StreamBook:
 
     def ldp_x_max(self) -> float | None:
         """max over records of Σ ε of the ``ldp_x`` claims of the channels that released it."""
-        spans = [(ev.lo, ev.hi, c.epsilon) for _, ev in self._chan_events for c in ev.claims if c.notion == LDP_X]
-        if not spans:
-            return None
-        return _max_overlap_sum(spans, min(a for a, _, _ in spans), max(b for _, b, _ in spans))
+        return self._chan.ldp_max
 
     def notion_claims(self) -> dict[str, float | None]:
         """Per non-``ldp_x`` notion: the max claimed ε, or None when one record was released by two
         channels with that notion (no composition rule)."""
-        out: dict[str, float | None] = {}
-        seen: dict[str, list[tuple[int, int]]] = {}
-        for _, ev in self._chan_events:
-            for c in ev.claims:
-                if c.notion == LDP_X:
-                    continue
-                spans = seen.setdefault(c.notion, [])
-                clash = any(_spans_meet(s, ev.span()) for s in spans)
-                spans.append(ev.span())
-                prev = out.get(c.notion, 0.0)
-                out[c.notion] = None if clash or prev is None else max(prev, c.epsilon)
-        return out
+        return self._chan.notion_claims()
 
     def stream_leakage(self) -> tuple[float | None, str | None]:
         """The channel family's exact stream leakage and, if it cannot be given, why (docstring)."""
-        stated = [(ev.channel, ev.model, ev.span(), ev.stream_leakage) for _, ev in self._chan_events]
-        if all(s is None for *_, s in stated):
-            return None, "no channel release states an exact stream leakage"
-        if any(s is None for *_, s in stated):
-            return None, "a channel release states no exact stream leakage"
-        if len({(c, m) for c, m, _, _ in stated}) > 1:
-            return None, "different channels (or models) released records of this stream; no theorem composes them"
-        spans = sorted(sp for _, _, sp, _ in stated)
-        if any(b[0] <= a[1] for a, b in zip(spans, spans[1:])):
-            return None, "some records were released twice; the stated stream leakage covers one release per record"
-        return max(s for *_, s in stated), None  # type: ignore[type-var]
+        return self._chan.stream_leakage()
 
     def guarantees(self) -> list[Guarantee]:
         """Every number the book gives (the odometer's and the export's ``declared`` figures)."""
@@ -275,7 +238,7 @@ class StreamBook:
             out.append(Guarantee("channel", f"channel:claim:{LDP_X}", ldp))
         for notion, v in sorted(self.notion_claims().items()):
             out.append(Guarantee("channel", f"channel:claim:{notion}", v))
-        if any(ev.stream_leakage is not None for _, ev in self._chan_events):
+        if self._chan.stated:
             out.append(Guarantee("channel", "channel:stream_leakage", self.stream_leakage()[0]))
         return out
 
@@ -318,7 +281,8 @@ class StreamBook:
             value = max(prior, event.total)
             return Guarantee("redaction", f"redaction:mark:{name}", value) if value > budget else None
         trial = StreamBook(self.device, self.stream, self._model_of)
-        trial._chan_events = [*self._chan_events, (-1, event)]
+        trial._chan = self._chan.copy()
+        trial._chan.add(event)
         for g in trial.guarantees():
             value = math.inf if g.value is None else g.value
             if value > budget:

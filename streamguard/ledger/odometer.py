@@ -27,7 +27,7 @@ from .._json import json_number
 from .book import StreamBook
 from .aggregate_history import ModelHistory
 from .composition import Composed, MqmTally, tally_II6, tally_III7
-from .events import LDP_X
+from .events import LDP_X, AggregateEvent, Family
 from .store import Ledger
 
 UNDER_THE_MODEL = (
@@ -75,18 +75,22 @@ def paper_rules(model: ModelHistory | None, others: int) -> dict[str, Any]:
     return out
 
 
-def _windows(ledger: Ledger, book: StreamBook, limit: int | None) -> tuple[list[tuple[int, int, float]], bool]:
-    """The latest ``limit`` aggregate windows (None: all), from the book's summary when it keeps
-    that many, else from the ledger file; and whether there are more."""
-    history = book.aggregates
-    if limit is not None and limit <= len(history.recent):
-        return list(history.recent)[len(history.recent) - limit:], history.count > limit
-    if history.count == len(history.recent):
-        return list(history.recent), False
-    return _recent(ledger.aggregate_windows(book.device, book.stream), limit)
+def _latest(ledger: Ledger, book: StreamBook, family: Family, limit: int | None) -> tuple[list[Any], bool]:
+    """The latest ``limit`` ranges of the family's releases (None: all) — aggregates as [lo, hi,
+    load], channels as [lo, hi, channel] — from the book's summary when it keeps that many, else
+    from the ledger file; and whether there are more."""
+    history = book.aggregates if family == "aggregate" else book.channels
+    kept = [list(r) for r in history.recent]
+    if limit is not None and limit <= len(kept):
+        return kept[len(kept) - limit:], history.count > limit
+    if history.count == len(kept):
+        return kept, False
+    events = ledger.events_of(book.device, book.stream, family)
+    return _recent([[ev.lo, ev.hi, ev.load if isinstance(ev, AggregateEvent) else ev.channel]  # type: ignore[union-attr]
+                    for ev in events], limit)
 
 
-def aggregate_section(book: StreamBook, budget: float | None, windows: list[tuple[int, int, float]],
+def aggregate_section(book: StreamBook, budget: float | None, windows: list[list[Any]],
                       truncated: bool) -> dict[str, Any] | None:
     """The aggregate family; ``windows`` are the (lo, hi, load) listed, ``truncated`` whether
     there are more."""
@@ -114,7 +118,7 @@ def aggregate_section(book: StreamBook, budget: float | None, windows: list[tupl
         **_budget(eps, budget),
         "releases": history.count,
         "covered": list(history.span or []),
-        "windows": [list(w) for w in windows],  # [lo, hi, load ρ = L/β]
+        "windows": windows,  # [lo, hi, load ρ = L/β]
         "windows_truncated": truncated,
         "models": models,
         "deterministic": history.deterministic,
@@ -156,9 +160,12 @@ def redaction_section(book: StreamBook, budget: float | None, limit: int | None)
     }
 
 
-def channel_section(book: StreamBook, budget: float | None, limit: int | None) -> dict[str, Any] | None:
-    events = book.channel_events
-    if not events:
+def channel_section(book: StreamBook, budget: float | None, records: list[list[Any]],
+                    truncated: bool) -> dict[str, Any] | None:
+    """The channel family; ``records`` are the [lo, hi, channel] ranges listed, ``truncated``
+    whether there are more."""
+    history = book.channels
+    if not history.count:
         return None
     claims: dict[str, Any] = {}
     ldp = book.ldp_x_max()
@@ -170,19 +177,17 @@ def channel_section(book: StreamBook, budget: float | None, limit: int | None) -
                           "rule": "one channel per record" if value is not None else
                                   "a record was released by two channels with this notion; no theorem composes them"}
     leak, why = book.stream_leakage()
-    stated = [ev for _, ev in events]
-    recent, truncated = _recent([[ev.lo, ev.hi, ev.channel] for ev in stated], limit)
     numbers = [v for v in [ldp, leak] if v is not None]
     return {
         "rule": "per-record claims as stated by the channel's designer; exact stream leakage under the model",
         **_budget(max(numbers) if numbers else None, budget),
-        "releases": len(stated),
-        "covered": list(book.span("channel") or []),
-        "channels": sorted({ev.channel for ev in stated}),
+        "releases": history.count,
+        "covered": list(history.span or []),
+        "channels": sorted(history.channels),
         "claims": claims,
         "stream_leakage": {"epsilon": json_number(leak), "composed": why is None, "reason": why,
-                           "models": sorted({ev.model for ev in stated if ev.model is not None})},
-        "records": recent,  # [lo, hi, channel]
+                           "models": sorted(history.models)},
+        "records": records,  # [lo, hi, channel]
         "records_truncated": truncated,
     }
 
@@ -202,9 +207,9 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
         "device": device,
         "stream": stream,
         "under_the_model": UNDER_THE_MODEL,
-        "aggregate": aggregate_section(book, budgets.get("aggregate"), *_windows(ledger, book, limit)),
+        "aggregate": aggregate_section(book, budgets.get("aggregate"), *_latest(ledger, book, "aggregate", limit)),
         "redaction": redaction_section(book, budgets.get("redaction"), limit),
-        "channel": channel_section(book, budgets.get("channel"), limit),
+        "channel": channel_section(book, budgets.get("channel"), *_latest(ledger, book, "channel", limit)),
         "composition": book.cross_family(),
         # the drift guard's latest event: not a release, no budget (post-processing of the released)
         "drift": None if book.drift is None else {

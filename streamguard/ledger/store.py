@@ -373,18 +373,14 @@ class Ledger:
         """The budget of each family at its latest :meth:`admit` on this stream."""
         return dict(self._budgets.get((device, stream), {}))
 
-    def aggregate_windows(self, device: str, stream: str) -> list[tuple[int, int, float]]:
-        """Every aggregate window of the stream, (lo, hi, load ρ = L/β) in ledger order, read from
-        the file (the book keeps only the latest: ``ledger/aggregate_history.py``)."""
+    def events_of(self, device: str, stream: str, family: Family) -> list[Event]:
+        """Every event of one family of the stream, in ledger order, read from the file (the book
+        keeps summaries of aggregates and channels: ``ledger/aggregate_history.py``,
+        ``ledger/channel_history.py``)."""
         with self._lock:
-            rows = self._db.execute("SELECT body FROM events WHERE device = ? AND stream = ? AND family = 'aggregate' "
-                                    "ORDER BY id", (device, stream)).fetchall()
-        out = []
-        for (body,) in rows:
-            ev = event_from_json(json.loads(body))
-            assert isinstance(ev, AggregateEvent)
-            out.append((ev.lo, ev.hi, ev.load))
-        return out
+            rows = self._db.execute("SELECT body FROM events WHERE device = ? AND stream = ? AND family = ? ORDER BY id",
+                                    (device, stream, family)).fetchall()
+        return [event_from_json(json.loads(body)) for (body,) in rows]
 
     @property
     def head(self) -> tuple[int, str]:

@@ -35,7 +35,6 @@ position of X_1.
 
 from __future__ import annotations
 
-import bisect
 import math
 from typing import Any
 
@@ -44,6 +43,7 @@ from numpy.typing import NDArray
 
 from streamguard._jit import kernel
 from streamguard.chain import ModelError
+from streamguard.runs import Runs
 
 from ._search import bb_load
 from .influence import e_value
@@ -148,9 +148,7 @@ class QuiltAccountant:
             self._fwd[t, :, : f.shape[1]] = f
         #: ε of a position far from every release (max over θ of e(R, R)).
         self.floor = max(float(e_value(self._bwd[t], self._fwd[t], R, R)) for t in range(len(tabs)))
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        self._vals: list[float] = []
+        self._runs = Runs()  # the loads ρ_j
         self._eps_max = self.floor
         self._unsettled: list[tuple[int, int]] = []  # ranges whose ε is not in eps_max yet (defer)
 
@@ -179,64 +177,14 @@ class QuiltAccountant:
     # -- load segments --------------------------------------------------------------------------
     def segments(self) -> list[tuple[int, int, float]]:
         """The load ρ as [(start, end, value)], inclusive 0-based positions, value > 0."""
-        return list(zip(self._starts, self._ends, self._vals))
-
-    def _slice(self, i: int, j: int) -> list[tuple[int, int, float]]:
-        return list(zip(self._starts[i:j], self._ends[i:j], self._vals[i:j]))
-
-    def _split(self, pos: int) -> None:
-        """Make ``pos`` the start of a segment if it lies strictly inside one."""
-        j = bisect.bisect_right(self._starts, pos) - 1
-        if j >= 0 and self._starts[j] < pos <= self._ends[j]:
-            self._starts.insert(j + 1, pos)
-            self._ends.insert(j + 1, self._ends[j])
-            self._vals.insert(j + 1, self._vals[j])
-            self._ends[j] = pos - 1
-
-    def _add(self, lo: int, hi: int, load: float) -> None:
-        self._split(lo)
-        self._split(hi + 1)
-        i = bisect.bisect_left(self._starts, lo)
-        j = bisect.bisect_right(self._starts, hi)
-        pieces: list[tuple[int, int, float]] = []
-        cursor = lo
-        for s, e, v in zip(self._starts[i:j], self._ends[i:j], self._vals[i:j]):
-            if cursor < s:
-                pieces.append((cursor, s - 1, load))
-            pieces.append((s, e, v + load))
-            cursor = e + 1
-        if cursor <= hi:
-            pieces.append((cursor, hi, load))
-        lo_i = i - 1 if i > 0 and self._ends[i - 1] == lo - 1 else i  # neighbours that may merge
-        hi_j = j + 1 if j < len(self._starts) and self._starts[j] == hi + 1 else j
-        pieces = self._slice(lo_i, i) + pieces + self._slice(j, hi_j)
-        merged: list[tuple[int, int, float]] = []
-        for s, e, v in pieces:
-            if merged and merged[-1][1] == s - 1 and merged[-1][2] == v:
-                merged[-1] = (merged[-1][0], e, v)
-            else:
-                merged.append((s, e, v))
-        self._starts[lo_i:hi_j] = [p[0] for p in merged]
-        self._ends[lo_i:hi_j] = [p[1] for p in merged]
-        self._vals[lo_i:hi_j] = [p[2] for p in merged]
-
-    def _dense(self, first: int, last: int) -> NDArray[np.float64]:
-        """ρ at positions first..last as an array (O(length + segments overlapping))."""
-        out = np.zeros(last - first + 1)
-        j = max(bisect.bisect_right(self._starts, first) - 1, 0)
-        while j < len(self._starts) and self._starts[j] <= last:
-            s, e = max(self._starts[j], first), min(self._ends[j], last)
-            if s <= e:
-                out[s - first : e - first + 1] += self._vals[j]
-            j += 1
-        return out
+        return self._runs.segments()
 
     # -- evaluation -----------------------------------------------------------------------------
     def _evaluate(self, p0: int, p1: int, extra: tuple[int, int, float] | None = None):
         """ε, θ, a, b at positions p0..p1 (≥ chain_start), optionally with an extra load (lo, hi, x)."""
         R, c0 = self.radius, self.chain_start
         first, last = max(c0, p0 - R), p1 + R
-        rho = self._dense(first, last)
+        rho = self._runs.dense(first, last)
         if extra is not None:
             lo, hi, x = extra
             rho[max(lo, first) - first : min(hi, last) - first + 1] += x
@@ -277,7 +225,7 @@ class QuiltAccountant:
         x = _check_load(load)
         if x == 0.0:
             return
-        self._add(lo, hi, x)
+        self._runs.add(lo, hi, x)
         self._unsettled.append((max(self.chain_start, lo - self.radius), hi + self.radius))
 
     def _settle(self) -> None:
@@ -381,14 +329,13 @@ class QuiltAccountant:
         if doc.get("model") != model.identifier:
             raise ValueError(f"accountant state belongs to model {doc.get('model')!r}, not {model.identifier!r}")
         acc = cls(model, radius=doc["radius"], chain_start=doc["chain_start"])
-        prev_end = acc.chain_start - 1
         for s, e, v in doc["segments"]:
             s, e, v = _check_position("segment start", s), _check_position("segment end", e), _check_load(v)
-            if s <= prev_end or e < s or v == 0.0:
-                raise ValueError("accountant state: segments must be ordered, disjoint, non-empty, with load > 0")
-            acc._starts.append(s)
-            acc._ends.append(e)
-            acc._vals.append(v)
-            prev_end = e
+            if s < acc.chain_start:
+                raise ValueError("accountant state: a segment starts before the chain start")
+            try:
+                acc._runs.append(s, e, v)
+            except ValueError as exc:
+                raise ValueError(f"accountant state: {exc}") from None
         acc._eps_max = max(acc.floor, float(doc["eps_max"]))
         return acc

@@ -1,0 +1,151 @@
+"""What a stream's book keeps of its channel releases: a summary that does not grow with them.
+
+A channel stream reserves ledger coverage 4,096 records at a time, so a stream at 1,000 records/s
+records a range every 4 s. The book used to keep every
+:class:`~streamguard.ledger.events.ChannelEvent` and recompute the channel family's figures from
+all of them for every admission and every odometer — quadratic in the ranges for the notions
+other than ``ldp_x`` (8,000 ranges: 7.7 s per admission). The rules (``book.py``, "channel")
+are kept incrementally instead, each exactly as stated there:
+
+* ``ldp_x``: Σ ε over the channels that released a record, per record — run-lengths of that sum
+  (:class:`~streamguard.runs.Runs`) and its running maximum;
+* every other notion: the max claimed ε, and whether two ranges with that notion share a record
+  (:class:`Coverage` of the records released with it);
+* the exact stream leakage: how many ranges state one and how many do not, the (channel, model)
+  pairs seen, whether any record was released twice (a coverage of all ranges), the max stated;
+* the count, span, channel names and stream-leakage models, and the latest :data:`KEEP` ranges
+  for the odometer's list (the whole list is read back from the ledger file on request).
+
+The sums of ``ldp_x`` ε are added in ledger order; the figures equal the rules' up to the
+rounding of that order (exact for disjoint ranges, the daemon's case). Memory is independent of
+the number of ranges where consecutive ranges touch and carry the same claims (the daemon's
+case); gaps and changes of ε cost one run each.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..runs import Runs
+from .events import LDP_X, ChannelEvent
+
+#: Ranges kept in memory for the odometer's list (the daemon shows 20, ``ledger show`` 20).
+KEEP = 100
+
+NO_LEAKAGE_STATED = "no channel release states an exact stream leakage"
+SOME_UNSTATED = "a channel release states no exact stream leakage"
+MIXED_CHANNELS = "different channels (or models) released records of this stream; no theorem composes them"
+RELEASED_TWICE = "some records were released twice; the stated stream leakage covers one release per record"
+
+
+class Coverage:
+    """A set of positions as ordered disjoint inclusive ranges (touching ones merged)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def copy(self) -> Coverage:
+        out = Coverage()
+        out._starts, out._ends = list(self._starts), list(self._ends)
+        return out
+
+    def meets(self, lo: int, hi: int) -> bool:
+        """Whether a position of [lo, hi] is covered: the last range starting at or before ``hi``
+        reaches ``lo`` (earlier ones end before it starts)."""
+        j = bisect.bisect_right(self._starts, hi) - 1
+        return j >= 0 and self._ends[j] >= lo
+
+    def add(self, lo: int, hi: int) -> None:
+        i = bisect.bisect_left(self._ends, lo - 1)  # first range that ends at or after lo − 1
+        j = bisect.bisect_right(self._starts, hi + 1)  # ranges i..j−1 overlap or touch [lo, hi]
+        if i < j:
+            lo, hi = min(lo, self._starts[i]), max(hi, self._ends[j - 1])
+        self._starts[i:j] = [lo]
+        self._ends[i:j] = [hi]
+
+
+@dataclass
+class NotionHistory:
+    """One notion other than ``ldp_x``: the max claimed ε, whether two of its ranges share a
+    record, and the records released with it."""
+
+    best: float = 0.0
+    clash: bool = False
+    cover: Coverage = field(default_factory=Coverage)
+
+    def copy(self) -> NotionHistory:
+        return NotionHistory(self.best, self.clash, self.cover.copy())
+
+
+@dataclass
+class ChannelHistory:
+    """The summary of one stream's channel releases, fed in ledger order (module docstring)."""
+
+    count: int = 0
+    span: tuple[int, int] | None = None
+    channels: set[str] = field(default_factory=set)
+    models: set[str] = field(default_factory=set)
+    recent: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=KEEP))
+    ldp_runs: Runs = field(default_factory=Runs)
+    ldp_max: float | None = None
+    notions: dict[str, NotionHistory] = field(default_factory=dict)
+    stated: int = 0
+    pairs: set[tuple[str, str | None]] = field(default_factory=set)
+    cover: Coverage = field(default_factory=Coverage)
+    twice: bool = False
+    leak_max: float = 0.0
+
+    def copy(self) -> ChannelHistory:
+        return ChannelHistory(self.count, self.span, set(self.channels), set(self.models), deque(self.recent, KEEP),
+                              self.ldp_runs.copy(), self.ldp_max, {k: v.copy() for k, v in self.notions.items()},
+                              self.stated, set(self.pairs), self.cover.copy(), self.twice, self.leak_max)
+
+    def add(self, ev: ChannelEvent) -> None:
+        lo, hi = ev.span()
+        self.count += 1
+        self.span = (lo, hi) if self.span is None else (min(self.span[0], lo), max(self.span[1], hi))
+        self.channels.add(ev.channel)
+        if ev.model is not None:
+            self.models.add(ev.model)
+        self.recent.append((lo, hi, ev.channel))
+        for c in ev.claims:
+            if c.notion == LDP_X:
+                if c.epsilon > 0.0:
+                    self.ldp_runs.add(lo, hi, c.epsilon)
+                self.ldp_max = max(self.ldp_max or 0.0, self._ldp_peak(lo, hi))
+            else:
+                notion = self.notions.setdefault(c.notion, NotionHistory())
+                notion.clash = notion.clash or notion.cover.meets(lo, hi)
+                notion.cover.add(lo, hi)
+                notion.best = max(notion.best, c.epsilon)
+        self.pairs.add((ev.channel, ev.model))
+        self.twice = self.twice or self.cover.meets(lo, hi)
+        self.cover.add(lo, hi)
+        if ev.stream_leakage is not None:
+            self.stated += 1
+            self.leak_max = max(self.leak_max, ev.stream_leakage)
+
+    def _ldp_peak(self, lo: int, hi: int) -> float:
+        """max of the ``ldp_x`` sum over the records of [lo, hi] (0 where nothing was claimed)."""
+        return max((v for s, e, v in self.ldp_runs.segments_in(lo, hi)), default=0.0)
+
+    # -- the rules' figures (book.py, "channel") --------------------------------------------------
+    def notion_claims(self) -> dict[str, float | None]:
+        """Per non-``ldp_x`` notion: the max claimed ε, or None when one record was released by
+        two channels with that notion."""
+        return {k: None if v.clash else v.best for k, v in self.notions.items()}
+
+    def stream_leakage(self) -> tuple[float | None, str | None]:
+        """The exact stream leakage and, if it cannot be given, why."""
+        if self.stated == 0:
+            return None, NO_LEAKAGE_STATED
+        if self.stated < self.count:
+            return None, SOME_UNSTATED
+        if len(self.pairs) > 1:
+            return None, MIXED_CHANNELS
+        if self.twice:
+            return None, RELEASED_TWICE
+        return self.leak_max, None
