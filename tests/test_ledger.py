@@ -512,7 +512,7 @@ def test_commit_all_is_one_durable_transaction_equal_to_single_commits(tmp_path)
         assert one.head[0] == many.head[0] == len(evs)
         assert [g.value for g in one.book("d", "s").guarantees()] == [g.value for g in many.book("d", "s").guarantees()]
     with Ledger.open(tmp_path / "b.sqlite") as again:  # replay checks the digest chain
-        assert len(again.book("d", "s").mark_events) == len(evs)
+        assert len(again.book("d", "s").marks.marks) == len(evs)
         model = QuiltModel([MarkovChain([[0.9, 0.1], [0.2, 0.8]])], "stat")
         with pytest.raises(LedgerError, match="redaction and channel events only"):
             again.commit_all([agg(model, 0, 9, 22.3)])

@@ -2,8 +2,8 @@
 
 A :class:`StreamBook` is fed the events of one stream (device, stream) in ledger order and keeps
 only what the composition rules need: summaries of constant size for aggregates and channels
-(``aggregate_history.py``, ``channel_history.py``; the events stay in the ledger file), and the
-events of each redaction mark. Each family is composed by the rule that supports it
+(``aggregate_history.py``, ``channel_history.py``; the events stay in the ledger file), and one for
+each redaction mark (``mark_history.py``). Each family is composed by the rule that supports it
 (DESIGN.md §4, §8) — and only by that rule:
 
 * **aggregate** — the per-position quilt accountant (notes/002 §4.7):
@@ -45,7 +45,7 @@ budget; "not composed" counts as +∞ there (fail closed).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,7 @@ from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
 from .aggregate_history import AggregateHistory
 from .channel_history import ChannelHistory
+from .mark_history import MarkHistory
 from .events import (
     FAMILIES,
     LDP_X,
@@ -108,7 +109,7 @@ class StreamBook:
         self._model_of = model_of
         self._agg = AggregateHistory()
         self._accountants: dict[str, QuiltAccountant] = {}
-        self._marks: dict[str, list[tuple[int, RedactionEvent]]] = {}
+        self._marks = MarkHistory()
         self._chan = ChannelHistory()
         self._drift: tuple[int, DriftEvent] | None = None
 
@@ -157,7 +158,7 @@ class StreamBook:
                 self._accountants = accountants
             self._agg.add(event_id, event)
         elif isinstance(event, RedactionEvent):
-            self._marks.setdefault(_mark_name(event, event_id), []).append((event_id, event))
+            self._marks.add(_mark_name(event, event_id), event_id, event)
         elif isinstance(event, DriftEvent):
             self._drift = (event_id, event)
         else:
@@ -174,10 +175,10 @@ class StreamBook:
         return dict(self._accountants)
 
     @property
-    def mark_events(self) -> dict[str, list[tuple[int, RedactionEvent]]]:
-        """Each mark's events by its name (``RedactionEvent.mark``), in mark order: by position,
-        then the marks of unknown position by seq."""
-        return {k: list(v) for k, v in sorted(self._marks.items(), key=lambda kv: (kv[1][0][1].order, kv[1][0][0]))}
+    def marks(self) -> MarkHistory:
+        """The stream's marks, each summarised, in mark order: by position, then the marks of
+        unknown position by seq (read it, do not change it)."""
+        return self._marks
 
     @property
     def channels(self) -> ChannelHistory:
@@ -190,7 +191,7 @@ class StreamBook:
         return None if self._drift is None else self._drift[1]
 
     def families(self) -> list[Family]:
-        present = {"aggregate": self._agg.count > 0, "redaction": bool(self._marks),
+        present = {"aggregate": self._agg.count > 0, "redaction": bool(self._marks.marks),
                    "channel": self._chan.count > 0}
         return [f for f in FAMILIES if present[f]]
 
@@ -198,20 +199,12 @@ class StreamBook:
         """The positions [min lo, max hi] the family's releases of known positions read, or None."""
         if family == "aggregate":
             return self._agg.span
-        if family == "channel":
-            return self._chan.span
-        spans = [sp for sp in (ev.span() for ev in self._family_events(family)) if sp is not None]
-        if not spans:
-            return None
-        return (min(a for a, _ in spans), max(b for _, b in spans))
-
-    def _family_events(self, family: Family) -> Iterator[Event]:
-        yield from (ev for evs in self._marks.values() for _, ev in evs)
+        return self._chan.span if family == "channel" else self._marks.span
 
     def mark_leakage(self, mark: str) -> float:
         """The worst recorded exact leakage about the mark's position (max over its events; +∞ for
         a mark whose position is unknown)."""
-        return max(ev.total for _, ev in self._marks[mark])
+        return self._marks.marks[mark].total
 
     def ldp_x_max(self) -> float | None:
         """max over records of Σ ε of the ``ldp_x`` claims of the channels that released it."""
@@ -231,7 +224,7 @@ class StreamBook:
         out: list[Guarantee] = []
         for mid, acc in sorted(self._accountants.items()):
             out.append(Guarantee("aggregate", f"aggregate:eps_max:{mid}", float(acc.eps_max())))
-        for k in self.mark_events:
+        for k in self._marks.names():
             out.append(Guarantee("redaction", f"redaction:mark:{k}", self.mark_leakage(k)))
         ldp = self.ldp_x_max()
         if ldp is not None:
@@ -277,7 +270,7 @@ class StreamBook:
             return None  # not a release: it spends nothing
         if isinstance(event, RedactionEvent):
             name = _mark_name(event, None)
-            prior = self.mark_leakage(name) if name in self._marks else 0.0
+            prior = self.mark_leakage(name) if name in self._marks.marks else 0.0
             value = max(prior, event.total)
             return Guarantee("redaction", f"redaction:mark:{name}", value) if value > budget else None
         trial = StreamBook(self.device, self.stream, self._model_of)

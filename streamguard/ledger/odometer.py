@@ -130,33 +130,22 @@ def aggregate_section(book: StreamBook, budget: float | None, windows: list[list
 
 
 def redaction_section(book: StreamBook, budget: float | None, limit: int | None) -> dict[str, Any] | None:
-    by_mark = book.mark_events
-    if not by_mark:
+    history = book.marks
+    if history.worst is None:
         return None
-    marks = []
-    for name, rows in by_mark.items():
-        evs = [ev for _, ev in rows]
-        worst = max(evs, key=lambda ev: ev.total)
-        bad = next((ev for ev in evs if not ev.honoured), None)
-        marks.append({
-            "mark": name, "position": worst.position, "seq": worst.seq, "plan": worst.plan, "epsilon": worst.epsilon,
-            "left": json_number(max(ev.left for ev in evs)), "right": json_number(max(ev.right for ev in evs)),
-            "total": json_number(worst.total), "honoured": bad is None,
-            "reason": None if bad is None else bad.reason, "events": len(evs),
-        })
-    worst_mark = max(marks, key=lambda m: book.mark_leakage(m["mark"]))
-    eps = book.mark_leakage(worst_mark["mark"])
-    shown, truncated = _recent(marks, limit)
+    worst = history.marks[history.worst]
+    eps = worst.total
+    shown = [history.marks[name].entry(name) for name in history.latest(limit)]
     return {
         "rule": "each private position's exact leakage; marks combine by the element-wise maximum of "
                 "their rows, a post-processing of each (notes/000 §4.5)",
         "epsilon": json_number(eps),
         **_budget(eps, budget),
-        "count": len(marks),
-        "not_honoured": sum(not m["honoured"] for m in marks),
-        "worst": worst_mark,
+        "count": len(history.marks),
+        "not_honoured": history.not_honoured,
+        "worst": worst.entry(history.worst),
         "marks": shown,
-        "marks_truncated": truncated,
+        "marks_truncated": len(shown) < len(history.marks),
     }
 
 
