@@ -52,7 +52,7 @@ def _span(span: tuple[int, int] | None) -> list[int] | None:
 def _recent(items: list[Any], limit: int | None) -> tuple[list[Any], bool]:
     if limit is None or len(items) <= limit:
         return items, False
-    return items[-limit:], True
+    return items[len(items) - limit:], True
 
 
 def paper_rules(model: ModelHistory | None, others: int) -> dict[str, Any]:
@@ -60,8 +60,6 @@ def paper_rules(model: ModelHistory | None, others: int) -> dict[str, Any]:
     each as ``{"epsilon": …}`` or ``{"not_applicable": reason}`` (``ledger.composition`` checks
     their conditions on the releases' tally). Releases of other models read the same stream: no
     paper rule covers the mix."""
-    if model is not None and model.error is not None:
-        raise model.error
     tally = MqmTally() if model is None else model.tally
     out: dict[str, Any] = {}
     for name, rule in (("thm_III7_sum", tally_III7), ("thm_II6_k_max", tally_II6)):
@@ -69,6 +67,8 @@ def paper_rules(model: ModelHistory | None, others: int) -> dict[str, Any]:
             out[name] = {"not_applicable": f"{others} release(s) calibrated under other models read this stream; "
                                            "the paper's rules compose releases of one model"}
             continue
+        if model is not None and model.error is not None:
+            raise model.error
         verdict = rule(tally)
         out[name] = ({"epsilon": json_number(verdict.epsilon)} if isinstance(verdict, Composed)
                      else {"not_applicable": verdict.reason})

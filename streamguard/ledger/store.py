@@ -374,12 +374,13 @@ class Ledger:
         return dict(self._budgets.get((device, stream), {}))
 
     def events_of(self, device: str, stream: str, family: Family) -> list[Event]:
-        """Every event of one family of the stream, in ledger order, read from the file (the book
-        keeps summaries of aggregates and channels: ``ledger/aggregate_history.py``,
-        ``ledger/channel_history.py``)."""
+        """Every event of one family of the stream that this ledger has replayed or written, in
+        ledger order, read from the file (the book keeps summaries: ``ledger/aggregate_history.py``,
+        ``channel_history.py``, ``mark_history.py``). Events another process appended since (a
+        read-only ledger beside a running daemon) are left out, so the list matches the figures."""
         with self._lock:
-            rows = self._db.execute("SELECT body FROM events WHERE device = ? AND stream = ? AND family = ? ORDER BY id",
-                                    (device, stream, family)).fetchall()
+            rows = self._db.execute("SELECT body FROM events WHERE device = ? AND stream = ? AND family = ? AND id <= ? "
+                                    "ORDER BY id", (device, stream, family, self._last_id)).fetchall()
         return [event_from_json(json.loads(body)) for (body,) in rows]
 
     @property
@@ -414,6 +415,9 @@ class Ledger:
             return
         if model is not None and model.identifier != event.model:
             raise LedgerError(f"the event names model {event.model} but model {model.identifier} was given")
+        known = self._models.get(event.model, model)
+        if known is not None and known.mode != event.mode:
+            raise LedgerError(f"the event states mode {event.mode!r} but model {event.model} has mode {known.mode!r}")
         if event.model in self._models:
             yield None
             return
