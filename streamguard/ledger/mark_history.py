@@ -15,7 +15,8 @@ incrementally instead:
   mark that reaches or passes it), how many are not honoured, and the positions they cover.
 
 The odometer then costs O(limit) per status however many marks there are. Memory stays linear in
-the marks (the budget filter needs each mark's leakage by name), at about a third of the events'.
+the marks, since the budget filter needs each mark's leakage by name: 0.73 KB per mark measured
+(``benchmarks/bench_ledger_growth.py``), against 0.87 KB when the events were kept.
 """
 
 from __future__ import annotations
