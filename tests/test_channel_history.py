@@ -12,13 +12,14 @@ against the oracle too.
 
 from __future__ import annotations
 
-import gc
 import math
 import random
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_replay import alive, record
 
 from streamguard._json import json_number
 from streamguard.ledger.book import Guarantee
@@ -176,15 +177,9 @@ def test_a_daemon_stream_keeps_a_constant_summary(tmp_path: Path) -> None:
     """3,000 consecutive ranges of one channel: one run, one covered range per notion, the latest
     KEEP ranges, and no ChannelEvent alive after a replay."""
     path = tmp_path / "l.db"
-    events = _history(0, 3000)
-    with Ledger.open(path) as led:
-        for k in range(0, 3000, 500):
-            led.commit_all(events[k:k + 500])
-    del events
-    gc.collect()
+    record(path, _history(0, 3000))
     with Ledger.open(path, readonly=True) as led:
-        gc.collect()
-        assert sum(isinstance(o, ChannelEvent) for o in gc.get_objects()) == 0
+        assert alive(ChannelEvent) == 0
         history = led.book("d", "s").channels
         assert history.count == 3000 and len(history.recent) == KEEP
         assert len(history.ldp_runs) == 1 and len(history.cover._starts) == 1
@@ -192,3 +187,24 @@ def test_a_daemon_stream_keeps_a_constant_summary(tmp_path: Path) -> None:
         assert led.book("d", "s").guarantees() == [Guarantee("channel", "channel:claim:ldp_x", 0.5),
                                                     Guarantee("channel", "channel:claim:alip_l", 0.25),
                                                     Guarantee("channel", "channel:stream_leakage", 0.75)]
+
+
+def test_ldp_x_sums_are_exact_and_reported_rounded_up(tmp_path: Path) -> None:
+    """0.3 + 0.2 + 0.1 as floats sums to 0.6 or 0.6000000000000001 depending on the order; the
+    exact sum of those three doubles is above the double 0.6, so a budget of 0.6 refuses the third
+    claim whatever the order, and the next double up admits it (review of stop 23)."""
+    exact = Fraction(0.3) + Fraction(0.2) + Fraction(0.1)
+    assert exact > Fraction(0.6)
+    up = math.nextafter(0.6, math.inf)
+    assert Fraction(up) >= exact
+    for order in ([0.3, 0.2, 0.1], [0.1, 0.2, 0.3], [0.2, 0.1, 0.3]):
+        with Ledger.open(tmp_path / f"{order}.db") as led:
+            for eps in order[:2]:
+                led.commit(ChannelEvent(device="d", stream="s", time=1.0, channel=f"c{eps}", lo=0, hi=9,
+                                        claims=(ChannelClaim("ldp_x", eps),)))
+            last = ChannelEvent(device="d", stream="s", time=1.0, channel="last", lo=5, hi=5,
+                                claims=(ChannelClaim("ldp_x", order[2]),))
+            with pytest.raises(BudgetExceeded):
+                led.admit(last, 0.6)
+            led.admit(last, up)
+            assert led.book("d", "s").ldp_x_max() == up

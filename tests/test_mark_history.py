@@ -11,13 +11,13 @@ position, infinite leakages and ties.
 
 from __future__ import annotations
 
-import gc
 import math
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_replay import alive, record
 
 from streamguard._json import json_number
 from streamguard.ledger.events import RedactionEvent
@@ -129,13 +129,7 @@ def test_the_budget_filter_decides_as_the_rule_on_the_list(tmp_path: Path, seed:
 
 def test_a_replay_keeps_no_mark_event_in_memory(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
-    events = _history(3, 2000)
-    with Ledger.open(path) as led:
-        for k in range(0, len(events), 500):
-            led.commit_all(events[k:k + 500])
-    del events
-    gc.collect()
+    record(path, _history(3, 2000))
     with Ledger.open(path, readonly=True) as led:
-        gc.collect()
-        assert sum(isinstance(o, RedactionEvent) for o in gc.get_objects()) == 0
+        assert alive(RedactionEvent) == 0
         assert led.book("d", "s").marks.marks

@@ -22,7 +22,7 @@ each redaction mark (``mark_history.py``). Each family is composed by the rule t
 * **channel** — the designer's per-record claims and the exact stream leakage:
   - ``ldp_x`` claims compose by summation over the channels that released the same record
     (independent ε_k-LDP channels on one input); a record's guarantee is the sum, the family's
-    the max over records;
+    the max over records (summed exactly, reported rounded up);
   - every other per-record notion (LDP w.r.t. a correlated S, lift, …) is a Pufferfish-type
     guarantee with no linear composition (notes/002 §4.4, Thm III.4): a record released by two
     such channels is reported as **not composed**;
@@ -208,7 +208,7 @@ class StreamBook:
 
     def ldp_x_max(self) -> float | None:
         """max over records of Σ ε of the ``ldp_x`` claims of the channels that released it."""
-        return self._chan.ldp_max
+        return self._chan.ldp_x_max()
 
     def notion_claims(self) -> dict[str, float | None]:
         """Per non-``ldp_x`` notion: the max claimed ε, or None when one record was released by two

@@ -8,7 +8,9 @@ other than ``ldp_x`` (8,000 ranges: 7.7 s per admission). The rules (``book.py``
 are kept incrementally instead, each exactly as stated there:
 
 * ``ldp_x``: Σ ε over the channels that released a record, per record — run-lengths of that sum
-  (:class:`~streamguard.runs.Runs`) and its running maximum;
+  (:class:`~streamguard.runs.Runs`), kept exactly (as fractions: a float sum depends on the order
+  of its terms), and its running maximum, reported rounded up to a float, so that "the sum
+  exceeds the budget" is decided exactly; +∞ once a channel claims ε = +∞;
 * every other notion: the max claimed ε, and whether two ranges with that notion share a record
   (:class:`Coverage` of the records released with it);
 * the exact stream leakage: how many ranges state one and how many do not, the (channel, model)
@@ -16,17 +18,18 @@ are kept incrementally instead, each exactly as stated there:
 * the count, span, channel names and stream-leakage models, and the latest :data:`KEEP` ranges
   for the odometer's list (the whole list is read back from the ledger file on request).
 
-The sums of ``ldp_x`` ε are added in ledger order; the figures equal the rules' up to the
-rounding of that order (exact for disjoint ranges, the daemon's case). Memory is independent of
-the number of ranges where consecutive ranges touch and carry the same claims (the daemon's
-case); gaps and changes of ε cost one run each.
+Memory is independent of the number of ranges where consecutive ranges touch and carry the same
+claims (the daemon's case); gaps and changes of ε cost one run each, and an admission copies the
+summary (linear in those runs).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from ..runs import Runs
 from .events import LDP_X, ChannelEvent
@@ -89,18 +92,20 @@ class ChannelHistory:
     channels: set[str] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
     recent: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=KEEP))
-    ldp_runs: Runs = field(default_factory=Runs)
-    ldp_max: float | None = None
+    ldp_runs: Runs = field(default_factory=Runs)  # exact Σ ε of the finite ldp_x claims, per record
+    ldp_peak: Fraction | None = None  # its maximum; None: no ldp_x claim
+    ldp_inf: bool = False  # a channel claimed ldp_x = +∞
     notions: dict[str, NotionHistory] = field(default_factory=dict)
     stated: int = 0
     pairs: set[tuple[str, str | None]] = field(default_factory=set)
     cover: Coverage = field(default_factory=Coverage)
     twice: bool = False
-    leak_max: float = 0.0
+    leak_max: float | None = None
 
     def copy(self) -> ChannelHistory:
         return ChannelHistory(self.count, self.span, set(self.channels), set(self.models), deque(self.recent, KEEP),
-                              self.ldp_runs.copy(), self.ldp_max, {k: v.copy() for k, v in self.notions.items()},
+                              self.ldp_runs.copy(), self.ldp_peak, self.ldp_inf,
+                              {k: v.copy() for k, v in self.notions.items()},
                               self.stated, set(self.pairs), self.cover.copy(), self.twice, self.leak_max)
 
     def add(self, ev: ChannelEvent) -> None:
@@ -113,9 +118,12 @@ class ChannelHistory:
         self.recent.append((lo, hi, ev.channel))
         for c in ev.claims:
             if c.notion == LDP_X:
-                if c.epsilon > 0.0:
-                    self.ldp_runs.add(lo, hi, c.epsilon)
-                self.ldp_max = max(self.ldp_max or 0.0, self._ldp_peak(lo, hi))
+                if math.isinf(c.epsilon):
+                    self.ldp_inf = True
+                elif c.epsilon > 0.0:
+                    self.ldp_runs.add(lo, hi, Fraction(c.epsilon))  # type: ignore[arg-type]
+                peak = max((v for _, _, v in self.ldp_runs.segments_in(lo, hi)), default=Fraction(0))
+                self.ldp_peak = peak if self.ldp_peak is None else max(self.ldp_peak, peak)
             else:
                 notion = self.notions.setdefault(c.notion, NotionHistory())
                 notion.clash = notion.clash or notion.cover.meets(lo, hi)
@@ -126,13 +134,20 @@ class ChannelHistory:
         self.cover.add(lo, hi)
         if ev.stream_leakage is not None:
             self.stated += 1
-            self.leak_max = max(self.leak_max, ev.stream_leakage)
-
-    def _ldp_peak(self, lo: int, hi: int) -> float:
-        """max of the ``ldp_x`` sum over the records of [lo, hi] (0 where nothing was claimed)."""
-        return max((v for s, e, v in self.ldp_runs.segments_in(lo, hi)), default=0.0)
+            leak = ev.stream_leakage
+            self.leak_max = leak if self.leak_max is None else max(self.leak_max, leak)
 
     # -- the rules' figures (book.py, "channel") --------------------------------------------------
+    def ldp_x_max(self) -> float | None:
+        """max over records of Σ ε of the ``ldp_x`` claims that released it, rounded up (None: no
+        ``ldp_x`` claim)."""
+        if self.ldp_peak is None:
+            return None
+        if self.ldp_inf:
+            return math.inf
+        up = float(self.ldp_peak)
+        return math.nextafter(up, math.inf) if Fraction(up) < self.ldp_peak else up
+
     def notion_claims(self) -> dict[str, float | None]:
         """Per non-``ldp_x`` notion: the max claimed ε, or None when one record was released by
         two channels with that notion."""

@@ -207,10 +207,15 @@ class QuiltAccountant:
         return lo, hi
 
     def _max_with(self, lo: int, hi: int, load: float) -> float:
-        """eps_max if ``load`` were added on [lo, hi] (no state change)."""
+        """eps_max if ``load`` were added on [lo, hi] (no state change), evaluated in the same
+        pieces as a recorded release, so the check and the figure recorded agree."""
         self._settle()
-        eps, _, _, _ = self._evaluate(max(self.chain_start, lo - self.radius), hi + self.radius, (lo, hi, load))
-        return max(self._eps_max, float(eps.max()))
+        return max(self._eps_max, self._peak(max(self.chain_start, lo - self.radius), hi + self.radius, (lo, hi, load)))
+
+    def _peak(self, a: int, b: int, extra: tuple[int, int, float] | None = None) -> float:
+        """max of ε_i over i in [a, b], evaluated in pieces of ≤ SETTLE_CHUNK positions."""
+        return max(float(self._evaluate(p0, min(b, p0 + SETTLE_CHUNK - 1), extra)[0].max())
+                   for p0 in range(a, b + 1, SETTLE_CHUNK))
 
     # -- public API -----------------------------------------------------------------------------
     def record(self, lo: int, hi: int, load: float) -> float:
@@ -244,9 +249,7 @@ class QuiltAccountant:
             else:
                 merged.append([a, b])
         for a, b in merged:
-            for p0 in range(a, b + 1, SETTLE_CHUNK):
-                eps, _, _, _ = self._evaluate(p0, min(b, p0 + SETTLE_CHUNK - 1))
-                self._eps_max = max(self._eps_max, float(eps.max()))
+            self._eps_max = max(self._eps_max, self._peak(a, b))
         self._unsettled = []
 
     def adopt(self, eps_max: float, rtol: float) -> bool:
