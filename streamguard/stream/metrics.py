@@ -48,8 +48,8 @@ _OPERATIONAL = (
     ("streamguard_input_sessions_lost_total", "counter", "Reconnects on which the broker had lost the input session."),
     ("streamguard_disk_full_waits_total", "counter", "Attempts to store that met a full disk since start."),
     ("streamguard_ledger_refusals_total", "counter", "Aggregate windows the ledger refused (budget) since start."),
-    ("streamguard_ledger_events", "gauge", "Events in the privacy ledger; every one is replayed into memory at "
-                                           "start (docs/implementation.md, Growth)."),
+    ("streamguard_ledger_events", "gauge", "Events in the privacy ledger; every one is read at start, so the "
+                                           "start-up time grows with it (docs/implementation.md, Growth)."),
 )
 _TIMING = (
     ("streamguard_records_released_total", "counter", "Records released (value published) since start."),
