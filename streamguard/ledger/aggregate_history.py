@@ -25,9 +25,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .composition import CompositionError, MqmRelease, MqmTally
-from .events import AggregateEvent
+from .events import AggregateEvent, widen
 
-#: Windows kept in memory for the odometer's list (the daemon shows 20, ``ledger show`` 20).
+#: Latest windows (and channel ranges, ``channel_history.py``) kept in memory for the odometer's
+#: lists (the daemon shows 20, ``ledger show`` 20; longer lists are read from the file).
 KEEP = 100
 
 
@@ -67,7 +68,7 @@ class AggregateHistory:
     def add(self, event_id: int, ev: AggregateEvent) -> None:
         self.count += 1
         self.last_id = event_id
-        self.span = (ev.lo, ev.hi) if self.span is None else (min(self.span[0], ev.lo), max(self.span[1], ev.hi))
+        self.span = widen(self.span, ev.span())
         self.deterministic = self.deterministic or ev.deterministic
         self.t_independent = self.t_independent and ev.t_independent
         self.recent.append((ev.lo, ev.hi, ev.load))

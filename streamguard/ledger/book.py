@@ -53,7 +53,6 @@ from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
 from .aggregate_history import AggregateHistory
 from .channel_history import ChannelHistory
-from .mark_history import MarkHistory
 from .events import (
     FAMILIES,
     LDP_X,
@@ -63,6 +62,7 @@ from .events import (
     Family,
     RedactionEvent,
 )
+from .mark_history import MarkHistory
 
 #: Why no number is given where two families meet (the odometer's ``reason``).
 CROSS_FAMILY_REASON = {

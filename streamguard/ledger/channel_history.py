@@ -32,10 +32,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..runs import Runs
-from .events import LDP_X, ChannelEvent
-
-#: Ranges kept in memory for the odometer's list (the daemon shows 20, ``ledger show`` 20).
-KEEP = 100
+from .aggregate_history import KEEP
+from .events import LDP_X, ChannelEvent, widen
 
 NO_LEAKAGE_STATED = "no channel release states an exact stream leakage"
 SOME_UNSTATED = "a channel release states no exact stream leakage"
@@ -111,7 +109,7 @@ class ChannelHistory:
     def add(self, ev: ChannelEvent) -> None:
         lo, hi = ev.span()
         self.count += 1
-        self.span = (lo, hi) if self.span is None else (min(self.span[0], lo), max(self.span[1], hi))
+        self.span = widen(self.span, (lo, hi))
         self.channels.add(ev.channel)
         if ev.model is not None:
             self.models.add(ev.model)

@@ -105,6 +105,11 @@ def _window(lo: int, hi: int, what: str) -> None:
         raise EventError(f"{what}: hi < lo")
 
 
+def widen(span: tuple[int, int] | None, other: tuple[int, int]) -> tuple[int, int]:
+    """The positions [min lo, max hi] of ``span`` (None: none yet) and ``other``."""
+    return other if span is None else (min(span[0], other[0]), max(span[1], other[1]))
+
+
 def _json_value(value: Any, what: str) -> Any:
     """A JSON-able value, normalised (so a frozen event holds no caller-owned container)."""
     try:

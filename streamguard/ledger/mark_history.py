@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._json import json_number
-from .events import RedactionEvent
+from .events import RedactionEvent, widen
 
 
 @dataclass(slots=True)
@@ -94,7 +94,7 @@ class MarkHistory:
             self.worst = name
         sp = ev.span()
         if sp is not None:
-            self.span = sp if self.span is None else (min(self.span[0], sp[0]), max(self.span[1], sp[1]))
+            self.span = widen(self.span, sp)
 
     def _before(self, a: str, b: str) -> bool:
         """Whether mark ``a`` is worse than ``b``: a larger leakage, or the same and sorted first."""

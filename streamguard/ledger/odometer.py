@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._json import json_number
-from .book import StreamBook
 from .aggregate_history import ModelHistory
+from .book import StreamBook
 from .composition import Composed, MqmTally, tally_II6, tally_III7
 from .events import LDP_X, AggregateEvent, Family
 from .store import Ledger
