@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_replay import alive
 
 from streamguard._json import json_number
 from streamguard.chain import MarkovChain
@@ -25,7 +26,7 @@ from streamguard.ledger.aggregate_history import KEEP, ModelHistory
 from streamguard.ledger.composition import CompositionError
 from streamguard.ledger.events import AggregateEvent
 from streamguard.ledger.odometer import odometer, paper_rules
-from streamguard.ledger.store import Ledger, LedgerError
+from streamguard.ledger.store import BudgetExceeded, Ledger, LedgerError, Refusal
 from streamguard.quilt import QuiltModel, sigma_inf, sigma_max
 from streamguard.quilt.accountant import QuiltAccountant
 
@@ -282,3 +283,30 @@ def test_paper_rules_of_a_mix_are_stated_without_reading_the_releases() -> None:
     assert "other models" in paper_rules(history, 1)["thm_III7_sum"]["not_applicable"]
     with pytest.raises(CompositionError):
         paper_rules(history, 0)
+
+
+def test_refusals_are_counted_not_kept(tmp_path: Path) -> None:
+    """A stream over its budget has every further window refused: the ledger keeps their count per
+    family and the latest (what the odometer states), and reads the list back from the file."""
+    model = MODELS[0]
+    sigma = sigma_inf(model, 1.0).sigma
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        for k in range(40):
+            ev = AggregateEvent(device="d", stream="s", time=1.0, kind="count", lo=0, hi=9 + k, lipschitz=1.0,
+                                beta=sigma, sigma=sigma, epsilon=1.0, model=model.identifier, mode=model.mode,
+                                witness=None, t_independent=True, sampler="csprng", deterministic=False)
+            try:
+                led.admit(ev, 2.5, model=model)
+            except BudgetExceeded:
+                pass
+        listed = [(r.id, r.would_be, r.event.span()) for r in led.refusals("d", "s")]
+        live = odometer(led, "d", "s")["refusals"]
+    assert len(listed) > 30 and [i for i, _, _ in listed] == list(range(1, len(listed) + 1))
+    assert live["count"] == len(listed) and live["by_family"] == {"aggregate": len(listed)}
+    assert live["last"]["would_be"] == listed[-1][1] and live["last"]["span"] == list(listed[-1][2])
+    with Ledger.open(path, readonly=True) as led:
+        assert alive(Refusal) == 1  # the latest, for the odometer
+        assert odometer(led, "d", "s")["refusals"] == live
+        assert [(r.id, r.would_be, r.event.span()) for r in led.refusals("d", "s")] == listed
+        assert [r["id"] for r in led.export()["refusals"]] == [i for i, _, _ in listed]

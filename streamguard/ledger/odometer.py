@@ -187,11 +187,8 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
     over all of them."""
     book = ledger.book(device, stream)
     budgets = ledger.budgets(device, stream)
-    refusals = ledger.refusals(device, stream)
-    by_family: dict[str, int] = {}
-    for r in refusals:
-        by_family[r.event.family] = by_family.get(r.event.family, 0) + 1
-    last = refusals[-1] if refusals else None
+    refused = ledger.refused(device, stream)
+    last = refused.last
     return {
         "device": device,
         "stream": stream,
@@ -205,8 +202,8 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
             "alarm": book.drift.raised, "model": book.drift.model, "transitions": book.drift.transitions,
             "false_alarm": book.drift.false_alarm, "reason": book.drift.reason, "time": book.drift.time},
         "refusals": {
-            "count": len(refusals),
-            "by_family": by_family,
+            "count": refused.count,
+            "by_family": dict(refused.by_family),
             "last": None if last is None else {
                 "family": last.event.family, "guarantee": last.guarantee, "would_be": json_number(last.would_be),
                 "budget": last.budget, "time": last.stored_at, "span": _span(last.event.span())},
@@ -218,10 +215,10 @@ def odometer(ledger: Ledger, device: str, stream: str, *, limit: int | None = 10
 class OdometerCache:
     """The odometer documents of a ledger's streams, each rebuilt only after its stream's ledger
     state changed (:meth:`Ledger.version`): the daemon refreshes every stream's privacy status
-    every few seconds, and a document is built from the stream's whole history (every mark,
-    aggregate window and channel range ever recorded), so rebuilding it each time cost more with
-    every week of uptime (3,000 marks: 17 ms per status). The documents returned are shared: read
-    them, do not change them. Use from the thread that writes the ledger."""
+    every few seconds. A rebuild reads the book's summaries (about 0.03 ms; before them it read
+    the whole history: 17 ms after 3,000 marks); a hit costs a dictionary lookup. The documents
+    returned are shared: read them, do not change them. Use from the thread that writes the
+    ledger."""
 
     def __init__(self, ledger: Ledger, limit: int | None) -> None:
         self.ledger = ledger

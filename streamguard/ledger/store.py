@@ -57,7 +57,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -163,6 +163,25 @@ class Refusal:
     stored_at: float
 
 
+@dataclass
+class RefusalTally:
+    """What the odometer states of one stream's refusals: how many per family (in the order the
+    families were first refused) and the latest. A stream over its budget has every further
+    release refused, so the refusals themselves stay in the file (:meth:`Ledger.refusals`)."""
+
+    by_family: dict[str, int] = field(default_factory=dict)
+    last: Refusal | None = None
+
+    @property
+    def count(self) -> int:
+        return sum(self.by_family.values())
+
+    def add(self, refusal: Refusal) -> None:
+        family = refusal.event.family
+        self.by_family[family] = self.by_family.get(family, 0) + 1
+        self.last = refusal
+
+
 def chain_digest(prev: str, event_id: int, body: str) -> str:
     """digest_n = SHA-256(digest_{n−1} ‖ id ‖ canonical JSON) (module docstring)."""
     return hashlib.sha256(f"{prev}\n{event_id}\n{body}".encode()).hexdigest()
@@ -204,6 +223,19 @@ def model_description(model: QuiltModel) -> dict[str, Any]:
     return desc
 
 
+_REFUSAL_COLUMNS = "id, body, guarantee, would_be, budget, stored_at"
+
+
+def _refusal(row: tuple[Any, ...]) -> Refusal:
+    """A row of the refusals table (its columns as in :data:`_REFUSAL_COLUMNS`)."""
+    rid, body, guarantee, would_be, budget, stored_at = row
+    try:
+        event = event_from_json(json.loads(body))
+    except (EventError, ValueError) as exc:
+        raise LedgerCorrupt(f"refusal {rid}: unreadable ({exc})") from None
+    return Refusal(rid, event, guarantee, float(would_be), budget, stored_at)
+
+
 class Ledger:
     """The persisted ledger (module docstring). Open with :meth:`open`; use as a context manager."""
 
@@ -215,7 +247,8 @@ class Ledger:
         self._models: dict[str, QuiltModel] = {}
         self._descriptions: dict[str, dict[str, Any]] = {}
         self._books: dict[tuple[str, str], StreamBook] = {}
-        self._refusals: dict[tuple[str, str], list[Refusal]] = {}
+        self._refusals: dict[tuple[str, str], RefusalTally] = {}
+        self._last_refusal = 0  # the id of the latest refusal replayed or written
         self._budgets: dict[tuple[str, str], dict[Family, float]] = {}
         self._versions: Counter[tuple[str, str]] = Counter()  # (version: changes since opened)
         self._last_id = 0
@@ -281,15 +314,10 @@ class Ledger:
             self._book(event.key).add(event_id, event)
             self._last_id = event_id
         self._head = head
-        for row in self._db.execute(
-                "SELECT id, body, guarantee, would_be, budget, stored_at FROM refusals ORDER BY id"):
-            rid, body, guarantee, would_be, budget, stored_at = row
-            try:
-                event = event_from_json(json.loads(body))
-            except (EventError, ValueError) as exc:
-                raise LedgerCorrupt(f"refusal {rid}: unreadable ({exc})") from None
-            self._refusals.setdefault(event.key, []).append(
-                Refusal(rid, event, guarantee, float(would_be), budget, stored_at))
+        for row in self._db.execute(f"SELECT {_REFUSAL_COLUMNS} FROM refusals ORDER BY id"):
+            refusal = _refusal(row)
+            self._refusals.setdefault(refusal.event.key, RefusalTally()).add(refusal)
+            self._last_refusal = refusal.id
         self._check_derived()
 
     def _check_derived(self) -> None:
@@ -366,8 +394,20 @@ class Ledger:
         opened: what is derived from them (the odometer) is unchanged while this is."""
         return self._versions[(device, stream)]
 
+    def refused(self, device: str, stream: str) -> RefusalTally:
+        """The stream's refusals as the odometer states them (an empty tally if none)."""
+        return self._refusals.get((device, stream)) or RefusalTally()
+
     def refusals(self, device: str, stream: str) -> list[Refusal]:
-        return list(self._refusals.get((device, stream), []))
+        """Every refusal of the stream this ledger replayed or wrote, in order, read from the file."""
+        with self._lock:
+            return self._refusals_where("device = ? AND stream = ? AND", (device, stream))
+
+    def _refusals_where(self, condition: str, args: tuple[Any, ...]) -> list[Refusal]:
+        """The refusals this ledger knows that meet ``condition`` (call with the lock held)."""
+        rows = self._db.execute(f"SELECT {_REFUSAL_COLUMNS} FROM refusals WHERE {condition} id <= ? "
+                                "ORDER BY device, stream, id", (*args, self._last_refusal)).fetchall()
+        return [_refusal(row) for row in rows]
 
     def budgets(self, device: str, stream: str) -> dict[Family, float]:
         """The budget of each family at its latest :meth:`admit` on this stream."""
@@ -468,7 +508,8 @@ class Ledger:
                 (event.device, event.stream, event.family, over.name, _finite_or_inf(value), budget,
                  canonical(event), now)).lastrowid
             self._store_budget(db, event, budget)
-        self._refusals.setdefault(event.key, []).append(Refusal(int(rid), event, over.name, value, budget, now))
+        self._refusals.setdefault(event.key, RefusalTally()).add(Refusal(int(rid), event, over.name, value, budget, now))
+        self._last_refusal = int(rid)
         self._budgets.setdefault(event.key, {})[event.family] = budget
         self._versions[event.key] += 1
         log.warning("ledger: %s/%s %s release refused: %s would be %.12g > %.12g",
@@ -550,7 +591,7 @@ class Ledger:
                           "SELECT id, body, digest, budget, stored_at FROM events ORDER BY id").fetchall()]
             refusals = [{"id": r.id, "guarantee": r.guarantee, "would_be": json_number(r.would_be),
                          "budget": r.budget, "stored_at": r.stored_at, "event": r.event.to_json()}
-                        for key in sorted(self._refusals) for r in self._refusals[key]]
+                        for r in self._refusals_where("", ())]
             declared = {f"{d}/{s}": {g.name: json_number(g.value) for g in self._books[(d, s)].guarantees()}
                         for d, s in sorted(self._books)}
             return {
