@@ -205,10 +205,10 @@ def register(sub: Any) -> None:
                        "raw frames in (MQTT, stdin or simulated), sanitized records out over MQTT. The first "
                        "signal stops in order within 20 s; a second one cuts the shutdown short (exit status 1). "
                        f"Exit status {EXIT_IN_USE} (EX_TEMPFAIL): another streamguard holds the outbox or the "
-                       f"ledger (at start) or took over the MQTT client id; {EXIT_CONFIG} (EX_CONFIG): the broker "
-                       "refuses the connection for good (credentials, TLS certificate, TLS at one end only) or the "
-                       f"password file cannot be read; {EXIT_DISK_FULL} (EX_IOERR): the state disk is full at start; "
-                       "2: the configuration is invalid.")
+                       f"ledger (at start) or took over the MQTT client id; {EXIT_CONFIG} (EX_CONFIG): the configuration "
+                       "is invalid, the broker refuses the connection for good (credentials, TLS certificate, TLS at "
+                       "one end only) or the password file cannot be read; "
+                       f"{EXIT_DISK_FULL} (EX_IOERR): the state disk is full at start.")
     r.add_argument("--config", required=True, help="TOML configuration (see examples/streamguard.toml)")
     r.set_defaults(func=cmd_run)
 
