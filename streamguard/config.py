@@ -28,6 +28,7 @@ from .chain import MAX_STATES, MarkovChain, ModelError
 from .config_errors import ConfigError, format_errors, unknown_env
 from .config_paths import relative_to, resolve_paths
 from .ingest.spec import IngestConfig, RecordConfig
+from .ingest.topics import filters_overlap
 from .loopback import is_loopback
 from .model.modelset import ModelSet
 from .stream.records import SensitiveField, StateMap
@@ -288,17 +289,6 @@ def sanitized_topic_filters(base: str) -> list[str]:
     return [f"{base}/+/status", *(f"{base}/+/+/{kind}" for kind in ("data", "aggregate", "privacy"))]
 
 
-def filters_overlap(a: str, b: str) -> bool:
-    """Can one topic match both MQTT filters ``a`` and ``b`` (``+`` one level, ``#`` the rest)?"""
-    x, y = a.split("/"), b.split("/")
-    for i in range(max(len(x), len(y))):
-        if (i < len(x) and x[i] == "#") or (i < len(y) and y[i] == "#"):
-            return True
-        if i >= len(x) or i >= len(y) or (x[i] != y[i] and "+" not in (x[i], y[i])):
-            return False
-    return True
-
-
 def hass_options_problem(options: list[str]) -> str | None:
     """Why these enum options (how a stream's values render in Home Assistant) cannot be told
     apart there, or None: an option that renders as ``None`` (Home Assistant's *unknown*), is
@@ -372,6 +362,10 @@ class StreamConfig(_Strict):
     periodic: bool = False
     #: Resampler: a held reading older than this many seconds makes the step unknown (redacted).
     stale_after: float | None = Field(None, gt=0, le=31 * 86_400, allow_inf_nan=False)
+    #: Resampler: the device's guaranteed maximum report interval whatever its value (the operator's
+    #: statement, enforced at run time: a longer silence stops the stream for the run). Required below
+    #: ``stale_after`` — without it a stale step of an on-change source says "no change" (docs/unknown-steps.md).
+    heartbeat: float | None = Field(None, gt=0, le=31 * 86_400, allow_inf_nan=False)
     #: Record the steps the privatizer sees (for calibration; ingest streams).
     record: RecordConfig | None = None
     #: The drift guard (streamguard.model.drift): None = on for a model set (file or calibration),
@@ -467,7 +461,7 @@ class StreamConfig(_Strict):
         """An ingest stream: where it reads, its value map, and its timing (issue 10)."""
         ing = self.ingest
         if ing is None:
-            for key in ("periodic", "stale_after", "record"):
+            for key in ("periodic", "stale_after", "heartbeat", "record"):
                 if getattr(self, key):
                     raise ValueError(f"{key} goes with [streams.ingest] (a mapped sensor)")
             return
@@ -490,14 +484,21 @@ class StreamConfig(_Strict):
             if unknown:
                 raise ValueError(f"ingest.values: {unknown[0]!r} is not one of the stream's labels")
         if self.periodic:
-            if self.stale_after is not None:
-                raise ValueError("stale_after is the resampler's: a periodic source has none")
+            for key in ("stale_after", "heartbeat"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is the resampler's: a periodic source has none")
         elif self.sample_period is None:
             raise ValueError(f"ingest: {mapping.preset} publishes on change, so its message times reveal the "
                              "changes: give sample_period (the resampler's grid), or periodic = true if its "
                              "messages already come at value-independent times")
         if self.stale_after is not None and self.sample_period is not None and self.stale_after < self.sample_period:
             raise ValueError("stale_after is shorter than sample_period: every step would be stale")
+        if self.stale_after is not None and not self.periodic and (self.heartbeat is None
+                                                                    or self.heartbeat >= self.stale_after):
+            raise ValueError(f"stale_after: {mapping.preset} reports on change, so a stale step would say 'no change "
+                             "for stale_after seconds' and reveal the held readings; declare the device's heartbeat "
+                             "(its guaranteed report interval whatever its value) below stale_after, or remove "
+                             "stale_after")
 
     def resampled(self) -> bool:
         """Is this stream's step the tick of the daemon's resampler (a mapped on-change source)?"""
@@ -616,22 +617,24 @@ class Settings(BaseSettings):
         """No stream reads raw input from a topic that carries sanitized output
         (:func:`sanitized_topic_filters`): a consumer or the bridge would take raw readings off the
         device. Checks ``raw_topic`` and the topic filters of a mapped sensor (and its button)."""
-        outputs = sanitized_topic_filters(self.topic_base)
-        for s in self.streams:
-            if s.source != "mqtt":
-                continue
-            if s.ingest is None:
-                inputs = [s.raw_topic or self.topic(s.name, "raw")]
-            else:
-                from .ingest.presets import resolve, resolve_button
+        from .ingest.inputs import stream_inputs
 
-                inputs = resolve(s.ingest).filters()
-                if s.ingest.button is not None:
-                    inputs += resolve_button(s.ingest.button).filters()
-            for f in inputs:
-                if any(filters_overlap(f, o) for o in outputs):
-                    raise ValueError(f"streams.{s.name}: input topic {f} can be a sanitized output topic "
-                                     f"({', '.join(outputs)}), which consumers and the bridge take off the device")
+        outputs = sanitized_topic_filters(self.topic_base)
+        for x in stream_inputs(self.streams, self.topic):
+            if x.kind != "command" and any(filters_overlap(x.filter, o) for o in outputs):
+                raise ValueError(f"streams.{x.stream}: input topic {x.filter} can be a sanitized output topic "
+                                 f"({', '.join(outputs)}), which consumers and the bridge take off the device")
+        return self
+
+    @model_validator(mode="after")
+    def _one_stream_per_input(self) -> Settings:
+        """No message is read by two streams (ingest/inputs.py): the same readings released twice
+        with independent draws leak more than either release, and a mark reaches one of them."""
+        from .ingest.inputs import describe, shared_input, stream_inputs
+
+        shared = shared_input(stream_inputs(self.streams, self.topic))
+        if shared is not None:
+            raise ValueError(describe(*shared))
         return self
 
     @model_validator(mode="after")
