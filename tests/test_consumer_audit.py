@@ -4,7 +4,9 @@ record released next to a private one is caught; a model set (not supported yet)
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 
 import numpy as np
 import pytest
@@ -68,14 +70,69 @@ def test_a_neighbour_released_against_the_claim_is_caught():
     assert any(f"mark at seq {mark['seq']}" in w and "exceeds epsilon" in w for w in rep.warnings)
 
 
-def test_a_lost_record_next_to_a_mark_counts_as_released():
-    """A neighbour that never arrived might have been released: the audit assumes the worst."""
+def test_a_lost_record_next_to_a_mark_is_not_checkable_not_an_alarm():
+    """Unobserved is unobserved (issue 24 §5): a neighbour that never arrived is neither taken as
+    released (a false alarm) nor as redacted (a false confirmation)."""
     _, log = _collected()
     assert log.status is not None
     mark = log.status["recent_marks"][0]
     records = [r for r in log.ordered() if r.position != mark["position"] + 1]
     rep = audit_redaction(log.status, published_model(log.status), records)
-    assert any(f"mark at seq {mark['seq']}" in w for w in rep.warnings)
+    assert rep.warnings == [] and rep.marks_not_checkable == 1 and rep.marks_checked == 4
+    (m,) = [m for m in rep.marks if m["seq"] == mark["seq"]]
+    assert m["verdict"] == "not checkable" and m["unseen"] == 1 and m["lower"] <= 1.0 < m["upper"]
+    assert any(f"mark at seq {mark['seq']}" in n and "1 of the" in n for n in rep.notes)
+
+
+def test_a_release_next_to_a_mark_is_refuted_even_with_other_neighbours_unobserved():
+    sim, log = _collected()
+    assert log.status is not None
+    mark = log.status["recent_marks"][0]
+    p = mark["position"]
+    by_pos = {r.position: r for r in log.ordered()}
+    nb = by_pos[p + 1]
+    forged = Record(nb.device, nb.stream, nb.seq, nb.position, nb.ts, sim.labels[sim.truth[nb.seq]], False,
+                    (0.0, 0.0), None, "redaction", nb.mode)
+    records = [forged if r is nb else r for r in log.ordered() if r.position not in (p - 1, p - 2)]
+    rep = audit_redaction(log.status, published_model(log.status), records)
+    assert any(f"mark at seq {mark['seq']}" in w and "exceeds epsilon" in w for w in rep.warnings)
+    (m,) = [m for m in rep.marks if m["seq"] == mark["seq"]]
+    assert m["verdict"] == "refuted" and m["unseen"] == 2
+    # the test's own lower bound: X_{p+1} released and everything else redacted leaks
+    # max log P[a, x] / P[b, x] about X_p under the stationary binary chain (α, β) = (0.1, 0.2)
+    assert m["lower"] >= math.log(0.9 / 0.2) - 1e-9 > 1.0
+
+
+@pytest.mark.parametrize("withheld", [(1, 2), (-1, 3), (-3, -1, 2)])
+def test_the_bounds_of_a_partly_unobserved_mark_hold_for_every_row_it_did_not_see(withheld):
+    """Brute force: whatever rows the producer used at the positions the consumer did not receive
+    (a grid of rows per state), the exact leakage of the whole window lies between the audit's
+    ``lower`` and ``upper``; a verdict is only given when every such world agrees with it."""
+    weak = np.array([[0.7, 0.3], [0.4, 0.6]])
+    stream = {**STREAM, "model": {"alpha": 0.3, "beta": 0.4}}
+    _, log = _collected(stream=stream, matrix=weak)
+    assert log.status is not None
+    H, R = log.status["horizons"]["left"], log.status["horizons"]["right"]
+    mark = log.status["recent_marks"][1]
+    p = mark["position"]
+    missing = {p + d for d in withheld}
+    first, last = min(missing | {p - H}) - 1, max(missing | {p + R}) + 1
+    by_pos = {r.position: r for r in log.ordered()}
+    assert all(by_pos[t].row == (0.0, 0.0) for t in (first, last))  # the window ends released
+    rep = audit_redaction(log.status, published_model(log.status), [r for r in log.ordered()
+                                                                      if r.position not in missing])
+    (m,) = [m for m in rep.marks if m["seq"] == mark["seq"]]
+    assert m["unseen"] == len(withheld)
+    grid = [(a, b) for a in (0.0, 0.5, 1.0) for b in (0.0, 0.5, 1.0)]
+    values = []
+    for rows in itertools.product(grid, repeat=len(withheld)):
+        got = dict(zip(sorted(missing), rows))
+        window = np.array([got.get(t, by_pos[t].row if t != p else (1.0, 1.0)) for t in range(first, last + 1)])
+        values.append(brute_force_leakage(MarkovChain(weak), ChannelSequence.from_redaction(window), p - first))
+    assert m["lower"] <= min(values) + 1e-9 and max(values) <= m["upper"] + 1e-9
+    assert m["lower"] == pytest.approx(min(values), abs=1e-9)  # all redacted is one of the worlds
+    verdict = "confirmed" if max(values) <= 1.0 else "refuted" if min(values) > 1.0 else "not checkable"
+    assert m["verdict"] in (verdict, "not checkable") and rep.warnings == []
 
 
 def test_a_model_set_is_refused_not_misread():

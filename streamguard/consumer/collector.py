@@ -7,8 +7,12 @@ several streams may interleave, so a consumer must:
   resend carries the stored bytes, so a second copy is identical; a copy that differs is a
   *conflict* (two writers for one stream, or a tampered message) and is counted, first copy kept;
 - **restore order** by seq (:meth:`StreamLog.ordered`);
-- **detect gaps**: seqs missing between the first and the newest received (a consumer that joined
-  late does not count the records before its first as missing);
+- **detect gaps** in grid steps: a record's ``position`` is its physical step (the chain's time,
+  the resampler's grid slot), so the steps missing between the first and the newest record
+  received are counted by position (:meth:`StreamLog.position_gaps`) — a lost record and a step
+  the producer published nothing for (a rejected frame, a missing or stale reading) alike, as the
+  consumer cannot tell them apart; the records known lost are the seqs missing
+  (:meth:`StreamLog.gaps`). A consumer that joined late counts nothing before its first record;
 - **follow the status**: the newest privacy status of the stream (retained, re-published as it
   changes) is what estimates and audits use; a status with a smaller ``next_seq`` than the one
   held (an old copy delivered late) does not replace it.
@@ -87,7 +91,15 @@ class StreamLog:
         return [(a + 1, b - 1) for a, b in zip(seqs, seqs[1:]) if b > a + 1]
 
     def missing(self) -> int:
+        """Records known lost: the seqs missing between the first and the newest received."""
         return sum(hi - lo + 1 for lo, hi in self.gaps())
+
+    def position_gaps(self) -> list[tuple[int, int]]:
+        """Grid steps without a received record, as ranges [lo, hi] of positions between the first
+        and the newest record received (a record without a position, from a producer before
+        positions, is placed at its seq)."""
+        pos = sorted({r.position if r.position is not None else r.seq for r in self.records.values()})
+        return [(a + 1, b - 1) for a, b in zip(pos, pos[1:]) if b > a + 1]
 
     @property
     def mechanism(self) -> str | None:

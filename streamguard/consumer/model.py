@@ -1,9 +1,11 @@
 """The model a stream's privacy status publishes, as the consumer uses it.
 
-Today a status describes a point model (``model.kind == "point"``, or no kind: a status from
-before issue 14 with only α and β of a binary chain). A model *set* (issue 14 §model sets) will be
-another kind; :func:`published_model` refuses kinds it does not know, so an estimate is never made
-under a model the consumer misread (fail closed, one-line reason).
+A status describes a point model (``model.kind == "point"``, or no kind: a status from before
+issue 14 with only α and β of a binary chain): the chain estimates are corrected under.
+:func:`published_model` refuses kinds it does not know, so an estimate is never made under a model
+the consumer misread (fail closed, one-line reason). A calibrated (or declared) stream also states
+the model *set* its claims hold over (``model_set``, :func:`published_set`): the re-audit checks the
+claims over that set, not under the point estimate alone.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..chain import MarkovChain, ModelError
+from ..model.modelset import ModelSet
 
 
 class StatusError(ValueError):
@@ -60,6 +63,32 @@ def published_model(status: dict[str, Any]) -> PublishedModel:
             raise
         raise StatusError(f"privacy status: 'model' is not a valid Markov chain ({exc})") from None
     return PublishedModel(chain, law)
+
+
+def published_set(status: dict[str, Any], k: int) -> ModelSet | str | None:
+    """The model set a status states its claims over (``model_set``; schema privacy-redaction.json):
+    None when it states none (the claims are about ``model``); a :class:`ModelSet` the consumer
+    can re-check over — a binary box (``alpha``, ``beta`` ranges) or a finite set (``chains``);
+    else a one-line reason why it cannot (a k-state region, a finite set published without its
+    chains). A malformed set is a :class:`StatusError` (fail closed: never re-checked under a
+    misread set)."""
+    m = status.get("model_set")
+    if m is None:
+        return None
+    if not isinstance(m, dict):
+        raise StatusError("privacy status: 'model_set' is not an object")
+    kind = m.get("kind")
+    try:
+        if kind == "box" and k == 2:
+            (a0, a1), (b0, b1) = ((float(x) for x in m[name]) for name in ("alpha", "beta"))
+            return ModelSet("box", 2, box=((a0, a1), (b0, b1)))
+        if kind == "finite" and "chains" in m:
+            return ModelSet("finite", k, members=tuple(MarkovChain(c) for c in m["chains"]))
+    except (KeyError, TypeError, ValueError, ModelError) as exc:
+        raise StatusError(f"privacy status: 'model_set' of kind {kind!r} is not a valid set ({exc})") from None
+    if kind == "finite":
+        return "the finite model set is published without its chains"
+    return f"a model set of kind {kind!r} over {k} states"
 
 
 def labels_of(status: dict[str, Any] | None, k: int | None = None) -> list[Any]:

@@ -2,7 +2,9 @@
 arrived and the corrected estimates, per device the same plus the re-audit, and a time-bucketed
 table of shares (``streamguard consume``; the ``--json`` object follows the issue-14 contract:
 ``streams`` maps each stream name to at least ``labels``, ``records``, ``redacted``,
-``duplicates``, ``gaps``, ``frequency`` and ``frequency_ci``).
+``duplicates``, ``gaps``, ``frequency`` and ``frequency_ci``). ``gaps`` and ``missing`` count grid
+steps (positions) without a received record between the first and the newest received — ranges
+and steps; ``lost`` the records known lost (seqs missing).
 """
 
 from __future__ import annotations
@@ -26,10 +28,14 @@ from .posterior import PosteriorError
 def device_report(log: StreamLog) -> tuple[dict[str, Any], Shares | None, Shares | None]:
     """One device's stream: the counts, the corrected estimate and the aggregate estimate."""
     records = log.ordered()
+    gaps = log.position_gaps()
     out: dict[str, Any] = {
         "mechanism": log.mechanism, "records": len(records), "redacted": sum(r.redacted for r in records),
         "duplicates": log.duplicates, "conflicts": log.conflicts, "reordered": log.reordered,
-        "gaps": len(log.gaps()), "missing": log.missing(), "evicted": log.evicted,
+        # grid steps without a received record, in positions (a lost record or a step without one);
+        # ``lost``: the records known lost (seqs missing)
+        "gaps": len(gaps), "missing": sum(hi - lo + 1 for lo, hi in gaps), "lost": log.missing(),
+        "evicted": log.evicted,
         "windows": len(log.windows), "window_duplicates": log.window_duplicates,
         "status": log.status is not None, "warnings": [],
     }
@@ -47,7 +53,7 @@ def device_report(log: StreamLog) -> tuple[dict[str, Any], Shares | None, Shares
             model = published_model(log.status)
             shares = redaction_shares(records, labels, model, log.restarts)
             shares.extra["transitions_ci"] = transition_intervals(records, labels, model, log.restarts)
-            out["audit"] = audit_redaction(log.status, model, records).as_json()
+            out["audit"] = audit_redaction(log.status, model, records, log.restarts).as_json()
             out["warnings"] += out["audit"]["warnings"]
         elif records and log.mechanism == "channel":
             assert log.status is not None
@@ -92,7 +98,8 @@ def report(collector: Collector) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "labels": labels,
             **{key: sum(d[key] for d in devices.values())
-               for key in ("records", "redacted", "duplicates", "gaps", "missing", "conflicts", "reordered")},
+               for key in ("records", "redacted", "duplicates", "gaps", "missing", "lost", "conflicts",
+                           "reordered")},
             "devices": devices,
         }
         best = parts or aggs
