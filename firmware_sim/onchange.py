@@ -4,7 +4,9 @@ changes — as zigbee2mqtt, Tasmota or ESPHome would.
 
 The state follows a continuous-time two-state process whose dwell times depend on the state (the
 timing leak the resampler must close): state ``s`` lasts ``dwell[s]`` seconds on average
-(exponential). Formats:
+(exponential). With ``heartbeat`` > 0 it also re-reports its unchanged state whenever that many
+seconds passed without a message (a device with a guaranteed report interval, whatever its value).
+Formats:
 
 | format | reading topic | payload | availability (retained, at start) |
 |---|---|---|---|
@@ -56,12 +58,13 @@ class OnChangeSensor:
     republish: float = 0.0
     seed: int = 0
     initial: int = 0
+    heartbeat: float = 0.0
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"format: one of {', '.join(FORMATS)}")
-        if min(self.dwell) <= 0 or self.republish < 0:
-            raise ValueError("dwell times must be positive and the republish rate non-negative")
+        if min(self.dwell) <= 0 or self.republish < 0 or self.heartbeat < 0:
+            raise ValueError("dwell times must be positive, the republish rate and heartbeat non-negative")
 
     def topics(self) -> tuple[str, str]:
         """(reading topic, availability topic)."""
@@ -81,7 +84,7 @@ class OnChangeSensor:
 
     def messages(self) -> Iterator[ChangeMessage]:
         """The messages in time order, forever: availability and the initial state at time 0, then
-        a message per change (and zigbee2mqtt's republishes of the unchanged state)."""
+        a message per change (and zigbee2mqtt's republishes of the unchanged state, and heartbeats)."""
         rng = random.Random(self.seed)
         reading, avail = self.topics()
         retained = self.format == "esphome"
@@ -92,9 +95,11 @@ class OnChangeSensor:
         next_change = rng.expovariate(1.0 / self.dwell[state])
         next_republish = rng.expovariate(self.republish) if self.republish else float("inf")
         while True:
-            if next_republish < next_change:
-                t = next_republish
-                next_republish = t + rng.expovariate(self.republish)
+            next_beat = t + self.heartbeat if self.heartbeat else float("inf")  # t: the last message
+            if min(next_republish, next_beat) < next_change:
+                t = min(next_republish, next_beat)
+                if next_republish == t:
+                    next_republish = t + rng.expovariate(self.republish)
                 yield ChangeMessage(t, reading, self._reading(state, rng), retained, state, False)
                 continue
             t = next_change

@@ -213,8 +213,9 @@ def test_on_change_source_without_grid_is_refused(tmp_path: Path) -> None:
         _settings(tmp_path)
     assert _settings(tmp_path, periodic=True).streams[0].resampled() is False
     assert _settings(tmp_path, sample_period=1.0).streams[0].resampled() is True
-    for bad, msg in (({"sample_period": 5.0, "stale_after": 1.0}, "every step would be stale"),
+    for bad, msg in (({"sample_period": 5.0, "stale_after": 1.0, "heartbeat": 0.5}, "every step would be stale"),
                      ({"periodic": True, "stale_after": 10.0}, "stale_after is the resampler's"),
+                     ({"periodic": True, "heartbeat": 10.0}, "heartbeat is the resampler's"),
                      ({"sample_period": 1.0, "raw_topic": "x"}, "no raw_topic"),
                      ({"sample_period": 1.0, "source": "stdin"}, "source"),
                      ({"sample_period": 1.0, "ingest": {"topic": "t", "values": {"1": "open"}}}, "'open' is not one"),
@@ -271,8 +272,8 @@ def test_retained_redelivery_never_replaces_a_held_reading(tmp_path: Path) -> No
     s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=NOW + 2.7)  # nothing held: taken
     assert json.loads(s.tick(NOW + 3))["value"] == "occupied"  # type: ignore[arg-type]
     assert s.local_counters()["retained_skipped"] == 1
-    assert set(s.status()) == {"preset", "topics", "timing", "sample_period", "stale_after", "missed_ticks",
-                               "unknown_steps"}  # nothing counted per raw message is published
+    assert set(s.status()) == {"preset", "topics", "timing", "sample_period", "stale_after", "heartbeat",
+                               "missed_ticks", "unknown_steps"}  # nothing counted per raw message is published
 
 
 def test_a_lost_broker_connection_makes_the_held_reading_unknown(tmp_path: Path) -> None:

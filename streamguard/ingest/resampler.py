@@ -19,7 +19,12 @@ step, it is counted by reason, never guessed — when
   lost, so after it is back only a fresh reading counts (a retained state redelivered on the new
   subscription is one);
 - ``stale``: the held reading's time (its payload time, else its receive time) is more than
-  ``stale_after`` seconds before g_n;
+  ``stale_after`` seconds before g_n (allowed only with a declared ``heartbeat`` below it: on an
+  on-change source a stale step would say "no change since", docs/unknown-steps.md);
+- ``heartbeat``: the source, online and with the daemon connected, was silent for longer than its
+  declared ``heartbeat`` (its guaranteed report interval whatever its value). The declaration is
+  then false for this source, or the device failed: every step from then on, for the rest of the
+  run, is unknown — the stream does not resume at the next message, whose time would be a change's;
 - the last message could not be read (``unmapped``, ``missing-field``, ``bad-ts``, ``not-json``…).
 
 A reading whose payload time is older than the held reading's is late and ignored (counted). A
@@ -78,9 +83,15 @@ class ResamplerCounters:
 class Resampler:
     """Sample and hold for one stream (module docstring)."""
 
-    def __init__(self, period: float, *, stale_after: float | None = None) -> None:
+    def __init__(self, period: float, *, stale_after: float | None = None, heartbeat: float | None = None) -> None:
         self.period = period
         self.stale_after = stale_after
+        self.heartbeat = heartbeat
+        #: When the source was last heard (a message on its reading topics), or since when it is
+        #: listened to (start, back online, reconnected); None before the first tick.
+        self._heard: float | None = None
+        #: Set once the declared heartbeat was missed: the stream stays unknown for the run.
+        self.silent: float | None = None
         self.counters = ResamplerCounters()
         self._held: Reading | Unreadable | None = None
         self._online = True  # until the availability topic says otherwise (it may never speak)
@@ -129,12 +140,16 @@ class Resampler:
         if obs.connected is not None:
             self._connected = obs.connected
             self._held = None  # what was held may have changed unseen: only a fresh reading counts
+            self._heard = obs.recv
         if obs.online is not None:
             if not obs.online:
                 self._held = None  # when it comes back, only a fresh reading counts
+            elif not self._online:
+                self._heard = obs.recv
             self._online = obs.online
         r = obs.reading
         if r is not None:
+            self._heard = obs.recv
             if isinstance(self._held, Reading) and r.ts < self._held.ts:
                 self.counters.late += 1
             else:
@@ -147,8 +162,15 @@ class Resampler:
             self._apply(self._pending.popleft())
         private, self._press = self._press, False
         held = self._held
-        if not self._connected:
-            reason: str | None = "disconnected"
+        if self._heard is None:
+            self._heard = g
+        if self.silent is None and self.heartbeat is not None and self._connected and self._online \
+                and g - self._heard > self.heartbeat:
+            self.silent = g
+        if self.silent is not None:
+            reason: str | None = "heartbeat"
+        elif not self._connected:
+            reason = "disconnected"
         elif not self._online:
             reason = "offline"
         elif held is None:

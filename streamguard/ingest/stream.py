@@ -48,6 +48,7 @@ _UNKNOWN_MESSAGES = {
     "disconnected": "the daemon is not connected to the broker",
     "offline": "the device is offline",
     "stale": "the held reading is older than stale_after",
+    "heartbeat": "the source was silent longer than its declared heartbeat: unknown for the rest of the run",
 }
 
 
@@ -66,7 +67,7 @@ class IngestStream:
         self.resampler: Resampler | None = None
         if cfg.resampled():
             assert cfg.sample_period is not None
-            self.resampler = Resampler(cfg.sample_period, stale_after=cfg.stale_after)
+            self.resampler = Resampler(cfg.sample_period, stale_after=cfg.stale_after, heartbeat=cfg.heartbeat)
         self.recorder = None if cfg.record is None else StepRecorder(
             cfg.record.steps_file, max_steps=cfg.record.max_steps, stream=cfg.name)
         self.messages = 0
@@ -116,7 +117,13 @@ class IngestStream:
     def tick(self, g: float) -> StepInput:
         """The step of grid time ``g`` (resampled streams)."""
         assert self.resampler is not None
-        return self._input(self.resampler.sample(g))
+        stopped = self.resampler.silent is not None
+        sample = self.resampler.sample(g)
+        if not stopped and self.resampler.silent is not None:
+            log.error("stream %s: no message for more than the declared heartbeat (%g s) while the device is online: "
+                      "every step is unknown until the daemon is restarted (check heartbeat)", self.name,
+                      self.cfg.heartbeat)
+        return self._input(sample)
 
     def _input(self, s: Sample) -> StepInput:
         if self.recorder is not None:
@@ -139,6 +146,9 @@ class IngestStream:
                              "stamped with the tick (publish times depend on the grid only)")
             doc["sample_period"] = self.cfg.sample_period
             doc["stale_after"] = self.cfg.stale_after
+            doc["heartbeat"] = self.cfg.heartbeat
+            if self.resampler.silent is not None:
+                doc["stopped"] = _UNKNOWN_MESSAGES["heartbeat"]
             doc["missed_ticks"] = self.missed_ticks
             doc["unknown_steps"] = dict(self.resampler.counters.unknown)
         else:
