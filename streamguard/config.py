@@ -571,8 +571,9 @@ class PublishConfig(_Strict):
 
 
 class MetricsConfig(_Strict):
-    """The Prometheus textfile (stream/metrics.py): off unless ``textfile`` is set.
-    ``private_counters`` adds the counters that date private events (released, redacted)."""
+    """The Prometheus textfile (stream/metrics.py, mode 0600): off unless ``textfile`` is set.
+    ``private_counters`` adds the counters that move with private events and so date them
+    (records released and redacted, the ledger's events, ``bad-private`` rejections)."""
 
     textfile: Path | None = None
     interval: float = Field(15.0, ge=1.0, le=3600.0)

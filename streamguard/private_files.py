@@ -19,13 +19,22 @@ log = logging.getLogger(__name__)
 PRIVATE = 0o600
 
 
+def create_private(path: str | Path) -> int:
+    """Create the file at ``path`` with mode 0600 and return a descriptor open for writing. It must
+    not exist (``FileExistsError``; a symlink there is not followed), so nothing is ever written to
+    it while another user could open it, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE)
+    os.fchmod(fd, PRIVATE)  # (a umask such as 0277 would leave the owner unable to read it)
+    return fd
+
+
 def private_file(path: str | Path) -> None:
     """Make sure the file at ``path`` exists with mode 0600 (or stricter). ``:memory:`` is skipped."""
     p = str(path)
     if p == ":memory:" or p.startswith("file:"):
         return
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE)
+        fd = create_private(p)
     except FileExistsError:
         mode = stat.S_IMODE(os.stat(p).st_mode)
         if mode & 0o077:

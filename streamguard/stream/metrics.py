@@ -10,12 +10,23 @@ Two kinds of counters:
 
 - **Operational** (always written): frames accepted, rejected by reason and duplicated; records
   buffered in the outbox, dropped, published; reconnects; broker sessions lost; full-disk waits;
-  ledger refusals. They show how the pipeline runs, not when anything private happened.
-- **Event timing** (only with ``private_counters = true``): records released and redacted.
-  Redactions come in bursts around a private position, so a series of scrapes dates private events
-  (a button press, a privacy command, a scheduled window) to the scrape interval. They are also visible in the published records and the privacy status, but a
-  monitoring system is often a different, wider audience: keep them out unless that audience may
-  know. With them the file is created 0600; without, 0644 (node_exporter must read it).
+  ledger refusals. They show how the pipeline runs, not when anything private happened: none of
+  them moves with a private mark (one step is one frame and one record, marked or not;
+  ``tests/test_ops_metrics.py`` compares a run with marks and one without, series by series).
+- **Private** (only with ``private_counters = true``): anything that moves with a private event
+  (a button press, a privacy command, a private flag, a scheduled window), which a series of
+  scrapes would date to the scrape interval: records released and redacted (redactions come in
+  bursts around a private position); the ledger's events (a mark's figure is recorded when it opens and when its window is decided);
+  the ``bad-private`` reason of a rejected frame (only a private request has it; without
+  ``private_counters`` it is counted as ``wrong-type``, which other frames give too). They are also visible in the
+  published records and the privacy status, but a monitoring system is often a different, wider
+  audience: keep them out unless that audience may know.
+
+The file is 0600 either way, created so before a byte is written (:func:`write_textfile`): the
+monitoring agent reads it as the daemon's user. (Residual: with ``outbox.commit_delay_ms`` > 0 a
+store group holding a mark commits at once, so a scrape within that delay of a mark may see the
+group's records published up to that much earlier — well under a scrape interval, and no more
+than the records' arrival on the data topic shows.)
 
 Names follow the Prometheus conventions: ``streamguard_`` prefix, ``_total`` for counters, base
 units, a ``stream`` label (and ``reason`` for rejections).
@@ -24,11 +35,15 @@ units, a ``stream`` label (and ``reason`` for rejections).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..private_files import create_private
 
 if TYPE_CHECKING:
     from .daemon import Daemon
@@ -48,13 +63,18 @@ _OPERATIONAL = (
     ("streamguard_input_sessions_lost_total", "counter", "Reconnects on which the broker had lost the input session."),
     ("streamguard_disk_full_waits_total", "counter", "Attempts to store that met a full disk since start."),
     ("streamguard_ledger_refusals_total", "counter", "Aggregate windows the ledger refused (budget) since start."),
-    ("streamguard_ledger_events", "gauge", "Events in the privacy ledger; every one is read at start, so the "
-                                           "start-up time grows with it (docs/implementation.md, Growth)."),
 )
-_TIMING = (
+_PRIVATE = (
     ("streamguard_records_released_total", "counter", "Records released (value published) since start."),
     ("streamguard_records_redacted_total", "counter", "Records redacted since start."),
+    ("streamguard_ledger_events", "gauge", "Events in the privacy ledger (private marks add to them); every one is read "
+                                           "at start, so the start-up time grows with it (docs/implementation.md, "
+                                           "Growth)."),
 )
+#: Rejection reasons only a private request gives, and the reason of the same kind that other
+#: frames give too, under which they are counted without ``private_counters`` (a ``private`` of the
+#: wrong type is a field of the wrong type, as a ``value`` of one is).
+PRIVATE_REASONS = {"bad-private": "wrong-type"}
 
 
 def render(runtimes: Mapping[str, StreamRuntime], device: Mapping[str, float],
@@ -63,19 +83,22 @@ def render(runtimes: Mapping[str, StreamRuntime], device: Mapping[str, float],
     name, from :meth:`Daemon.device_counters`) in the text exposition format. ``stored``: per
     stream, the (released, redacted) counts of decisions already in the outbox
     (:attr:`Daemon.stored_counts`): a draw a crash could still lose and draw again is not counted."""
-    values: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, _, _ in _OPERATIONAL + _TIMING}
+    values: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, _, _ in _OPERATIONAL + _PRIVATE}
     for name, rt in runtimes.items():
         c, label = rt.counters, {"stream": name}
         values["streamguard_frames_accepted_total"].append((label, c.accepted))
         values["streamguard_frames_duplicate_total"].append((label, c.duplicates))
-        for reason, n in sorted(c.rejected.items()):
+        rejected: Counter[str] = Counter()
+        for reason, n in c.rejected.items():
+            rejected[reason if private_counters else PRIVATE_REASONS.get(reason, reason)] += n
+        for reason, n in sorted(rejected.items()):
             values["streamguard_frames_rejected_total"].append((label | {"reason": reason}, n))
         released, redacted = stored.get(name, (0, 0))
         values["streamguard_records_released_total"].append((label, released))
         values["streamguard_records_redacted_total"].append((label, redacted))
     for name, value in device.items():
         values[name].append(({}, value))
-    metrics = _OPERATIONAL + (_TIMING if private_counters else ())
+    metrics = _OPERATIONAL + (_PRIVATE if private_counters else ())
     return "".join(_family(name, kind, text, values[name]) for name, kind, text in metrics)
 
 
@@ -91,16 +114,21 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def write_textfile(path: Path, text: str, *, private: bool) -> None:
-    """Replace ``path`` atomically with ``text`` (mode 0600 when ``private``, else 0644)."""
+def write_textfile(path: Path, text: str) -> None:
+    """Replace ``path`` atomically with ``text``, mode 0600: a new file beside it, created 0600
+    before anything is written to it (:func:`~streamguard.private_files.create_private`; a
+    leftover of a write that failed is removed first, never written through), then renamed."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600 if private else 0o644)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
     try:
-        os.fchmod(fd, 0o600 if private else 0o644)  # (whatever the umask)
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        with os.fdopen(create_private(tmp), "wb") as f:
+            f.write(text.encode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 async def textfile_loop(daemon: Daemon, path: Path, interval: float, *, private_counters: bool) -> None:
@@ -111,7 +139,7 @@ async def textfile_loop(daemon: Daemon, path: Path, interval: float, *, private_
         text = render(daemon.runtimes, await daemon.device_counters(), daemon.stored_counts,
                       private_counters=private_counters)
         try:
-            write_textfile(path, text, private=private_counters)
+            write_textfile(path, text)
             failing = False
         except OSError as exc:
             if not failing:
