@@ -9,6 +9,7 @@ expression per filter, written here) on every topic of a generated alphabet."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import subprocess
 import sys
@@ -186,19 +187,77 @@ def test_config_check_and_run_exit_78_naming_both_streams(tmp_path: Path, capsys
         in lines[0]
 
 
-def test_a_thousand_streams_are_checked_quickly(tmp_path: Path) -> None:
-    """Literal topics are grouped, so a gateway's thousand streams cost look-ups, not a million
-    comparisons (the check runs at every start)."""
+def test_a_gateway_of_streams_is_checked_quickly() -> None:
+    """Literal topics are grouped and a wildcard filter meets only its first level's filters, so
+    a gateway's thousand sensors, thousand raw streams and hundred rtl_433 sensors on one
+    wildcard filter cost look-ups, not millions of comparisons (the check runs at every start)."""
     import time
+    from types import SimpleNamespace
 
-    from streamguard.config import Settings
     from streamguard.ingest.inputs import shared_input, stream_inputs
+    from streamguard.ingest.spec import IngestConfig
 
-    base = load_settings(_config(tmp_path, [_z2m("s0", "d0")])).streams[0]
-    streams = [base.model_copy(update={"name": f"s{i}", "ingest": base.ingest.model_copy(update={"device": f"d{i}"})})
+    def stream(name: str, ingest: IngestConfig | None) -> SimpleNamespace:
+        return SimpleNamespace(name=name, source="mqtt", raw_topic=None, ingest=ingest)
+
+    streams = [stream(f"z{i}", IngestConfig(preset="zigbee2mqtt", device=f"d{i}", field="occupancy"))
                for i in range(1000)]
-    settings = Settings.model_construct(topic_base="streamguard", device="device-1", streams=streams)
-    inputs = stream_inputs(streams, settings.topic)
+    streams += [stream(f"r{i}", None) for i in range(1000)]
+    streams += [stream(f"t{i}", IngestConfig(preset="rtl_433", field="state", match={"id": i})) for i in range(100)]
+    inputs = stream_inputs(streams, lambda *parts: "/".join(("streamguard", "device-1", *parts)))
     t0 = time.perf_counter()
     assert shared_input(inputs) is None
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 1.0  # (0.06 s here; comparing every pair took 3 s)
+    twin = stream("t100", IngestConfig(preset="rtl_433", device="pi", field="state", match={"id": 99}))
+    assert shared_input(inputs + stream_inputs([twin], lambda *parts: "/".join(parts))) is not None
+
+
+def test_refusals_are_exactly_the_readings_two_streams_would_share() -> None:
+    """Against the daemon's own reading of messages (ingest/mapping.Extractor): for every pair of
+    mapped sensors over a family of topic filters, fields and rtl_433-style ``match`` rules, the
+    pair is refused iff some message gives both streams a reading that follows one and the same
+    value of the message (flipping that value flips both readings) — over topics of up to three
+    levels and payloads carrying every field. Refused configurations share readings; no accepted
+    one does (two fields of one message are two readings)."""
+    from types import SimpleNamespace
+
+    from streamguard.ingest.inputs import shared_input, stream_inputs
+    from streamguard.ingest.mapping import Extractor, Reading
+    from streamguard.ingest.presets import resolve
+    from streamguard.ingest.spec import IngestConfig
+    from streamguard.stream.records import StateMap
+
+    filters = [f for f in ("/".join(p) for n in (1, 2) for p in itertools.product(("a", "b", "+", "#"), repeat=n))
+               if valid_filter(f)]
+    specs = [IngestConfig(topic=f, field=field, match=match, values={"true": "on", "false": "off"})
+             for f in filters for field in ("x", "y", "p.x") for match in ({}, {"id": 1}, {"id": 2})]
+    body = {"x": True, "y": False, "p": {"x": True}}
+    flips = [{"x": False}, {"y": True}, {"p": {"x": False}}]  # one value of the message each
+    messages = [(t, extra) for t in _topics_over(("a", "b", "c"), 3) for extra in ({"id": 1}, {"id": 2}, {})]
+    states = StateMap(labels=("off", "on"))
+
+    def follows(spec: IngestConfig) -> int:
+        """Bit (message, value): the stream's reading of the message follows that value."""
+        ex = Extractor(resolve(spec), states)
+        bits = 0
+        for i, (topic, extra) in enumerate(messages):
+            base = ex.reading(topic, json.dumps({**body, **extra}).encode(), recv=0.0)
+            for j, flip in enumerate(flips):
+                other = ex.reading(topic, json.dumps({**body, **extra, **flip}).encode(), recv=0.0)
+                if isinstance(base, Reading) and isinstance(other, Reading) and base.value != other.value:
+                    bits |= 1 << (len(flips) * i + j)
+        return bits
+
+    masks = [follows(s) for s in specs]
+    inputs = [[x for x in stream_inputs([SimpleNamespace(name=f"s{i}", source="mqtt", ingest=s, raw_topic=None)],
+                                        lambda *parts: "/".join(("sg", "dev", *parts)))
+               if x.kind != "command"] for i, s in enumerate(specs)]
+    assert all(masks)  # every spec reads something
+    wrong = [(specs[i].topic, specs[i].field, specs[i].match, specs[j].topic, specs[j].field, specs[j].match)
+             for i, j in itertools.combinations(range(len(specs)), 2)
+             if (shared_input(inputs[i] + inputs[j]) is not None) != bool(masks[i] & masks[j])]
+    assert len(specs) > 100 and not wrong, wrong[:5]
+
+
+def _topics_over(levels: tuple[str, ...], depth: int) -> list[str]:
+    return ["/".join(p) for n in range(1, depth + 1) for p in itertools.product(levels, repeat=n)]

@@ -105,17 +105,25 @@ def shared_input(inputs: list[Input]) -> tuple[Input, Input] | None:
     """The first two inputs (in ``inputs`` order) that are the same input (:func:`same_input`) and
     belong to different streams — or to one stream, when one of them is its command topic; None
     when every message is read by at most one stream. Filters without wildcards meet only when
-    equal, so they are grouped by topic and only a wildcard filter is compared with every other
-    (a thousand streams on their own topics cost a thousand dictionary look-ups)."""
+    equal, so they are grouped by topic; a wildcard filter is compared with the filters of its
+    first level (or all, when that level is a wildcard) — a thousand streams on their own topics
+    cost a thousand look-ups, a hundred rtl_433 sensors on one filter ten thousand comparisons."""
     literal: dict[str, list[int]] = {}
+    first: dict[str, list[int]] = {}
     wild: list[int] = []
     for i, x in enumerate(inputs):
-        if any(level in ("+", "#") for level in x.filter.split("/")):
+        levels = x.filter.split("/")
+        first.setdefault(levels[0], []).append(i)
+        if any(level in ("+", "#") for level in levels):
             wild.append(i)
         else:
             literal.setdefault(x.filter, []).append(i)
+    anywhere = first.get("+", []) + first.get("#", [])
     pairs = [(i, j) for group in literal.values() for n, i in enumerate(group) for j in group[n + 1:]]
-    pairs += [(min(i, j), max(i, j)) for i in wild for j in range(len(inputs)) if j != i]
+    for i in wild:
+        head = inputs[i].filter.split("/")[0]
+        others = range(len(inputs)) if head in ("+", "#") else first[head] + anywhere
+        pairs += [(min(i, j), max(i, j)) for j in others if j != i]
     for i, j in sorted(set(pairs)):
         a, b = inputs[i], inputs[j]
         if (a.stream != b.stream or (a.kind != b.kind and "command" in (a.kind, b.kind))) and same_input(a, b):
