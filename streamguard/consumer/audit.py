@@ -130,7 +130,9 @@ def _table(status: dict[str, Any], k: int) -> tuple[Rows, Rows] | None:
 
 
 def _member_text(member: tuple[float, float] | None) -> str:
-    return "" if member is None else f" under the chain alpha={member[0]:.6g}, beta={member[1]:.6g} of the stated model set"
+    if member is None:
+        return ""
+    return f" under the chain alpha={member[0]!r}, beta={member[1]!r} of the stated model set"
 
 
 def audit_redaction(status: dict[str, Any], model: PublishedModel, records: Sequence[Record],
@@ -141,7 +143,7 @@ def audit_redaction(status: dict[str, Any], model: PublishedModel, records: Sequ
     chain, k = model.chain, model.chain.k
     stated = published_set(status, k)
     if k != 2:
-        over = "" if stated is None else " (nor over its model set)"
+        over = "" if stated is None else "; its claims are stated over a model set: not re-checkable over this set"
         out.notes.append(f"exact re-audit is implemented for binary chains; this stream has {k} states: "
                          f"not audited{over}")
         return out

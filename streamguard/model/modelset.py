@@ -127,6 +127,7 @@ class ModelSet:
             out["point"] = self.point.matrix.tolist()
         if self.kind == "finite":
             out["members"] = len(self.members)
+            out["chains"] = [m.matrix.tolist() for m in self.members]
         if self.is_binary and self.kind != "rows":
             (a0, a1), (b0, b1) = self._ranges()
             out["alpha"], out["beta"] = [a0, a1], [b0, b1]

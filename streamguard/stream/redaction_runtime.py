@@ -390,14 +390,17 @@ class RedactionRuntime(StreamRuntime):
                 f'"redacted":{"true" if r.state is None else "false"},"redaction":[{row}],"mode":{mode}}}').encode()
 
     def _model_description(self) -> dict[str, Any]:
-        """The point model as a consumer needs it to re-audit and to correct its estimates
-        (``kind`` "point"; a model set would be another kind): the transition matrix and the
-        initial law the config states (None: any law)."""
+        """The point model as a consumer needs it to correct its estimates (``kind`` "point"): one
+        chain — α, β (binary), its stationary flag and transition matrix — and the initial law the
+        config states (None: any law). Under a model set it is the set's point estimate (a
+        member); the set the plan and the marks are certified over is ``model_set`` beside it, and
+        the chain ``plan_leakage`` is evaluated under is ``model_set.worst_case.member``."""
         initial = self.cfg.model.initial
-        # under a model set: its point estimate (a member; the set itself is in ``model_set``)
         point = self.model_set.point if self.model_set is not None else None
-        matrix = (point if point is not None else self.plan.chain).matrix
-        return {"kind": "point", "matrix": matrix.tolist(), "initial": None if initial is None else list(initial)}
+        chain = point if point is not None else self.plan.chain
+        return {"kind": "point", **({"alpha": chain.alpha, "beta": chain.beta} if chain.is_binary else {}),
+                "stationary": chain.stationary, "matrix": chain.matrix.tolist(),
+                "initial": None if initial is None else list(initial)}
 
     def privacy_status(self) -> dict[str, Any]:
         """The retained privacy status: model, budget, plan, marks and counters."""
@@ -410,8 +413,7 @@ class RedactionRuntime(StreamRuntime):
         return {
             "stream": self.name,
             "guarantee": "ε-LDP about each private position under the stated Markov model",
-            "model": {**({"alpha": chain.alpha, "beta": chain.beta} if chain.is_binary else {}),
-                      "stationary": chain.stationary, **self._model_description()},
+            "model": self._model_description(),
             **robust,
             **drift,
             "labels": [self.states.label_of(i) for i in range(self.states.k)],
