@@ -74,7 +74,8 @@ def stream_inputs(streams: Iterable[StreamConfig], topic: Callable[..., str]) ->
             continue
         mapping = resolve(s.ingest)
         for r in mapping.routes:
-            out.append(Input(s.name, "reading", r.filter, r.prefix + (mapping.path or ()), (*r.require, *mapping.match)))
+            value = r.prefix + (mapping.path or ())
+            out.append(Input(s.name, "reading", r.filter, value, (*r.require, *mapping.match)))
         if mapping.availability is not None:
             out.append(Input(s.name, "availability", mapping.availability.filter))
         if s.ingest.button is not None:

@@ -16,11 +16,12 @@ Two kinds of counters:
 - **Private** (only with ``private_counters = true``): anything that moves with a private event
   (a button press, a privacy command, a private flag, a scheduled window), which a series of
   scrapes would date to the scrape interval: records released and redacted (redactions come in
-  bursts around a private position); the ledger's events (a mark's figure is recorded when it opens and when its window is decided);
-  the ``bad-private`` reason of a rejected frame (only a private request has it; without
-  ``private_counters`` it is counted as ``wrong-type``, which other frames give too). They are also visible in the
-  published records and the privacy status, but a monitoring system is often a different, wider
-  audience: keep them out unless that audience may know.
+  bursts around a private position); the ledger's events (a mark's figure is recorded when it
+  opens and when its window is decided); the ``bad-private`` reason of a rejected frame (only a
+  private request has it; without ``private_counters`` it is counted as ``wrong-type``, which
+  other frames give too). They are also visible in the published records and the privacy status
+  (which lists every mark: consumers audit them), but a monitoring system is often a different,
+  wider audience: keep them out unless that audience may know.
 
 The file is 0600 either way, created so before a byte is written (:func:`write_textfile`): the
 monitoring agent reads it as the daemon's user. (Residual: with ``outbox.commit_delay_ms`` > 0 a
@@ -67,9 +68,9 @@ _OPERATIONAL = (
 _PRIVATE = (
     ("streamguard_records_released_total", "counter", "Records released (value published) since start."),
     ("streamguard_records_redacted_total", "counter", "Records redacted since start."),
-    ("streamguard_ledger_events", "gauge", "Events in the privacy ledger (private marks add to them); every one is read "
-                                           "at start, so the start-up time grows with it (docs/implementation.md, "
-                                           "Growth)."),
+    ("streamguard_ledger_events", "gauge", "Events in the privacy ledger (private marks add to them); every one "
+                                           "is read at start, so the start-up time grows with it "
+                                           "(docs/implementation.md, Growth)."),
 )
 #: Rejection reasons only a private request gives, and the reason of the same kind that other
 #: frames give too, under which they are counted without ``private_counters`` (a ``private`` of the
