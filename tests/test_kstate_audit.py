@@ -13,7 +13,7 @@ import pytest
 from streamguard.audit.brute import brute_force_leakage
 from streamguard.audit.exact import exact_leakage
 from streamguard.audit.kstate import RowsError, check_rows, redaction_leakage, right_pairs
-from streamguard.chain import MarkovChain, ModelError
+from streamguard.chain import MarkovChain
 from streamguard.channel import ChannelSequence
 
 
@@ -107,10 +107,7 @@ def test_any_initial_law_is_the_supremum_over_laws() -> None:
                 for u in us:
                     mu = np.zeros(k)
                     mu[i], mu[j] = 1 - u, u
-                    try:
-                        val = brute_force_leakage(MarkovChain(P, mu), ChannelSequence.from_redaction(rows), p)
-                    except ModelError:
-                        continue  # a value of X_p impossible under this law
+                    val = brute_force_leakage(MarkovChain(P, mu), ChannelSequence.from_redaction(rows), p)
                     sampled = max(sampled, val)
         for mu in rng.dirichlet(np.ones(k), size=10):
             inner = brute_force_leakage(MarkovChain(P, mu), ChannelSequence.from_redaction(rows), p)
@@ -131,11 +128,21 @@ def test_kernel_matches_numpy_twin_on_long_windows() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_rows_and_secrets_are_checked() -> None:
+def test_rows_are_checked_and_impossible_secrets_follow_the_convention() -> None:
     with pytest.raises(RowsError):
         check_rows([[0.5, 1.2, 0.0]], 3)
     with pytest.raises(RowsError):
         check_rows([[0.5, 0.5]], 3)
     P = chain_of("cyclic", 3, np.random.default_rng(0))
-    with pytest.raises(ModelError):  # X_1 cannot be state 2 when X_0 = 0 surely
-        redaction_leakage(P, [1.0, 0.0, 0.0], np.ones((3, 3)), 1)
+    # X_1 cannot be state 2 when X_0 = 0 surely (docs/initial-law.md): everything redacted leaves one
+    # output (no leakage, where this raised before) ...
+    rows = np.ones((3, 3))
+    assert redaction_leakage(P, [1.0, 0.0, 0.0], rows, 1).total == 0.0
+    # ... so does X_0 = 0 released surely (one output again); but X_0 released half of the time has
+    # two outputs, and leaks without bound about the impossible value (the worst version of the
+    # undefined conditional), like the brute force
+    chain = MarkovChain(P, [1.0, 0.0, 0.0])
+    for r0, expected in ((0.0, 0.0), (0.5, math.inf)):
+        rows[0] = r0
+        assert redaction_leakage(P, [1.0, 0.0, 0.0], rows, 1).total == expected
+        assert brute_force_leakage(chain, ChannelSequence.from_redaction(rows), 1) == expected

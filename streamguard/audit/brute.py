@@ -5,7 +5,8 @@ sequence y ∈ [m]^n with Pr(y | x) = Π_t e_t(y_t | x_t), accumulates Pr(Y = y,
 
     L(X_p → Y) = log max_{y ∈ supp(Y)} max_{a, b} Pr(y | X_p = a) / Pr(y | X_p = b)
 
-(+∞ when some supported y is impossible under one value of X_p). It shares no code with the O(n)
+(+∞ when some supported y is impossible under one value of X_p; a value of X_p of probability 0
+counts as in docs/initial-law.md). It shares no code with the O(n)
 audit, which is the point: the tests compare the two. Cost k^n · m^n; refused above ``MAX_WORK``.
 """
 
@@ -16,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..chain import MarkovChain, ModelError
+from ..chain import MarkovChain
 from ..channel import ChannelError, ChannelSequence
 
 #: Largest k^n · m^n the brute force accepts.
@@ -47,8 +48,33 @@ def brute_force_leakage(chain: MarkovChain, seq: ChannelSequence, p: int) -> flo
         acc[x[p]] += px * py
     marg = acc.sum(axis=1)
     if np.any(marg <= 0):
-        raise ModelError("a state of the private record has probability 0 under the model")
-    cond = acc / marg[:, None]
+        # a value of X_p of probability 0 (docs/initial-law.md): no law of the left outputs given
+        # it, the worst version — unbounded unless the left outputs are one and the same
+        if np.count_nonzero(acc.sum(axis=0).reshape(m**p, m ** (n - p)).sum(axis=1)) > 1:
+            return math.inf
+        return _ratio(_from_each_value(P, E, p))
+    return _ratio(acc / marg[:, None])
+
+
+def _from_each_value(P: np.ndarray, E: np.ndarray, p: int) -> np.ndarray:
+    """(k, m^(n−p)): Pr(Y_p..Y_{n−1} = y | X_p = a) of the chain started from a at p, for every a."""
+    n, k, m = E.shape
+    cond = np.zeros((k, m ** (n - p)))
+    for a in range(k):
+        for rest in itertools.product(range(k), repeat=n - 1 - p):
+            x = (a, *rest)
+            px = 1.0
+            for t in range(1, len(x)):
+                px *= P[x[t - 1], x[t]]
+            py = np.ones(1)
+            for t, xt in enumerate(x):
+                py = np.multiply.outer(py, E[p + t, xt]).reshape(-1)
+            cond[a] += px * py
+    return cond
+
+
+def _ratio(cond: np.ndarray) -> float:
+    """log max over supported y and pairs (a, b) of cond[a, y]/cond[b, y] (+∞ if some is 0)."""
     support = cond.max(axis=0) > 0
     cond = cond[:, support]
     if np.any(cond.min(axis=0) == 0):

@@ -244,8 +244,11 @@ def _require_binary_private(chain: MarkovChain, seq: ChannelSequence, p: int) ->
         raise ChannelError(f"emission tables have {seq.k} input states, the chain has 2")
     if not 0 <= p < seq.n:
         raise ValueError(f"private index {p} is outside 0..{seq.n - 1}")
-    if np.any(chain.marginal(p) <= 0):
-        raise ModelError("a state of the private record has probability 0 under the model")
+    if p > 0 and np.any(chain.marginal(p) <= 0):
+        # (the first record has no left side: a value of probability 0 there is a secret like any
+        # other, its right side the chain started from it — docs/initial-law.md)
+        raise ModelError("the binary exact audit needs both states possible at a private record after "
+                         "the first; use the k-state audit (audit.kstate)")
 
 
 def exact_leakage(

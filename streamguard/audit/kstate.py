@@ -34,7 +34,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._jit import kernel
-from ..chain import ModelError
 from .start import left_pairs, scaled_product
 
 
@@ -169,15 +168,11 @@ class PairLeakage:
         return {"total": self.total, "left": self.left, "right": self.right}
 
 
-def combine(L: NDArray[np.float64], R: NDArray[np.float64],
-            secrets: NDArray[np.bool_] | None = None) -> PairLeakage:
-    """Per ordered pair (a, b) the sides add (in logs); the leakage is the largest pair total.
-    ``secrets``: the values X_p can take (pairs with another value are not secrets)."""
+def combine(L: NDArray[np.float64], R: NDArray[np.float64]) -> PairLeakage:
+    """Per ordered pair (a, b) of distinct values the sides add (in logs); the leakage is the largest
+    pair total. Every value of X_p is a secret, one of probability 0 too (docs/initial-law.md)."""
     k = L.shape[0]
-    ok = np.ones(k, dtype=bool) if secrets is None else np.asarray(secrets, dtype=bool)
-    mask = ok[:, None] & ok[None, :] & ~np.eye(k, dtype=bool)
-    if not mask.any():
-        return PairLeakage(0.0, 0.0, 0.0, np.zeros((k, k)))
+    mask = ~np.eye(k, dtype=bool)
     with np.errstate(invalid="ignore"):
         tot = np.where(mask, L + R, -math.inf)
     tot = np.where(np.isnan(tot), math.inf, tot)  # +∞ on one side and −∞ (impossible) can't meet
@@ -191,6 +186,8 @@ def redaction_leakage(P: ArrayLike, initial: ArrayLike | None, rows: ArrayLike, 
     the chain with transition matrix ``P`` and first-record law ``initial`` (None: the worst case
     over every initial law — exact for k = 2; for k > 2 the all-redacted-left term is an upper
     bound, see audit/start.py). ``p`` is 0-based; row p is ignored (the private record is redacted).
+    A value of X_p of probability 0 is a secret too (docs/initial-law.md): the left side leaks
+    without bound about it unless it is surely all redacted (audit/start.py).
     """
     P = np.ascontiguousarray(P, dtype=np.float64)
     k = P.shape[0]
@@ -198,17 +195,9 @@ def redaction_leakage(P: ArrayLike, initial: ArrayLike | None, rows: ArrayLike, 
     n = red.shape[0]
     if not 0 <= p < n:
         raise ValueError(f"private index {p} is outside 0..{n - 1}")
-    Pp = np.linalg.matrix_power(P, p)
-    if initial is None:
-        laws = np.eye(k)
-        secrets = (laws @ Pp).max(axis=0) > 0
-    else:
-        laws = np.asarray(initial, dtype=np.float64)[None]
-        secrets = (laws @ Pp)[0] > 0
-        if not secrets.all():
-            raise ModelError("a state of the private record has probability 0 under the model")
+    laws = np.eye(k) if initial is None else np.asarray(initial, dtype=np.float64)[None]
     kern_l = np.broadcast_to(P, (p, k, k))
     L = left_pairs(kern_l, red[:p][::-1], laws, reaches_start=True, use_numpy=use_numpy)
     m = n - 1 - p
     R = right_pairs(np.broadcast_to(P, (m, k, k)), red[p + 1:], use_numpy=use_numpy)
-    return combine(L, R, secrets)
+    return combine(L, R)

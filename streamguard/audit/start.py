@@ -36,6 +36,16 @@ Pr(X_p = ·) ∝ μ·Q. The sup over μ ∈ conv(M) and over outputs commute per
 
 The sides of p are independent given X_p, so a pair's total is this left term plus the right side's
 term for the same pair (:func:`combine`).
+
+Values of X_p of probability 0 (docs/initial-law.md): a law of the first record can make
+Pr(X_p = a) = 0 (a sensor that boots in a known state, a transition matrix with zeros). Bayes' rule
+then gives no law of the left records given X_p = a, and every version of it is a conditional
+probability; we take the worst. A left side with more than one possible output therefore leaks
+without bound about a (L[a, b] = L[b, a] = +∞ for every b), and one with a single possible output
+(e.g. every row 1 at every value its record can take, back to the first record: ⊥…⊥) has ratio 1,
+L = 0 for every pair. With a set of laws this applies to every value that some law of the set
+makes impossible, and the output must be the same one under every law. (The right
+side given X_p = a is the chain started from a at p: the Markov property defines it for every a.)
 """
 
 from __future__ import annotations
@@ -97,10 +107,10 @@ def scaled_product(A, r, B, tmp):  # pragma: no cover - compiled
 
 
 @kernel
-def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no cover - compiled
+def _release_kernel(kernels, rows, possible, out, v_last, q_last):  # pragma: no cover - compiled
     """Release terms of :func:`left_pairs` without the law factor: out[a, b] = max over (j, x) of
-    log v_j(x,a) − log v_j(x,b) (−inf: none); the first record (j = steps) releases only the x with
-    first[x]. Leaves v and Q of the first record in v_last, q_last."""
+    log v_j(x,a) − log v_j(x,b) (−inf: none); the record at distance j releases only the x with
+    possible[j − 1, x]. Leaves v and Q of the first record in v_last, q_last."""
     m = rows.shape[0]
     k = rows.shape[1]
     steps = kernels.shape[0]
@@ -117,7 +127,7 @@ def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no co
             scaled_product(K, rows[j - 2], v, tmp)
             scaled_product(K, ones, q, tmp)
         for x in range(k):
-            if (j <= m and rows[j - 1, x] >= 1.0) or (j == steps and not first[x]):
+            if (j <= m and rows[j - 1, x] >= 1.0) or not possible[j - 1, x]:
                 continue  # never released at this distance
             for a in range(k):
                 if v[x, a] <= 0.0:
@@ -133,7 +143,7 @@ def _release_kernel(kernels, rows, first, out, v_last, q_last):  # pragma: no co
 
 
 def _release_numpy(kernels: NDArray[np.float64], rows: NDArray[np.float64],
-                   first: NDArray[np.bool_]) -> tuple[NDArray[np.float64], ...]:
+                   possible: NDArray[np.bool_]) -> tuple[NDArray[np.float64], ...]:
     """Plain-numpy twin of :func:`_release_kernel` (for the tests): (out, v_last, q_last)."""
     m, k = rows.shape
     out = np.full((k, k), -math.inf)
@@ -146,7 +156,7 @@ def _release_numpy(kernels: NDArray[np.float64], rows: NDArray[np.float64],
             q = kernels[j - 1] @ q
             v, q = (v / v.max() if v.max() > 0 else v), q / q.max()
         can = np.ones(k, dtype=bool) if j > m else rows[j - 1] < 1.0
-        for x in np.flatnonzero(can & first if j == kernels.shape[0] else can):
+        for x in np.flatnonzero(can & possible[j - 1]):
             for a in range(k):
                 for b in range(k):
                     if a != b and v[x, a] > 0:
@@ -170,24 +180,60 @@ def left_pairs(kernels: NDArray[np.float64], rows: NDArray[np.float64], laws: ND
         raise ValueError("left_pairs: one kernel per step from the first record to p")
     kernels = np.ascontiguousarray(kernels, dtype=np.float64)
     rows = np.ascontiguousarray(rows, dtype=np.float64)
-    # a value of the first record that no law in the set gives cannot be released there (with a
-    # set of laws a value given by any of them can: the sup over the set approaches it)
-    first = np.ascontiguousarray(laws.max(axis=0) > 0)
+    possible = _possible(kernels, laws)
+    if _one_output(rows, possible):
+        return np.zeros((k, k))  # one and the same left output surely: every ratio is 1
     if use_numpy:
-        out, v, q = _release_numpy(kernels, rows, first)
+        out, v, q = _release_numpy(kernels, rows, possible)
     else:
         out, v, q = np.empty((k, k)), np.empty((k, k)), np.empty((k, k))
-        _release_kernel(kernels, rows, first, out, v, q)
+        _release_kernel(kernels, rows, possible, out, v, q)
     law_q = laws @ q  # Pr(X_p = ·) up to a factor, per vertex law
+    sure = law_q.min(axis=0) > 0  # values of X_p of positive probability under every law of the set
     for a in range(k):
         for b in range(k):
             if a == b:
+                continue
+            if not (sure[a] and sure[b]):
+                out[a, b] = math.inf  # a value of probability 0 (module docstring)
                 continue
             if out[a, b] > -math.inf:
                 out[a, b] += max(_log_ratio(float(lq[b]), float(lq[a])) for lq in law_q)
             if reaches_start:
                 out[a, b] = max(out[a, b], _all_redacted(rows[m - 1][:, None] * v, q, laws, a, b))
     return out
+
+
+def _possible(kernels: NDArray[np.float64], laws: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """(steps, k): possible[j − 1, x] when X_{p−j} = x has positive probability under some law of
+    the set (the first record, or the stand-in, is at distance steps). A value that no law gives
+    cannot be released there: that output is not in the support of Y (paper 000 Def. 1), and
+    counting it would over-state the leakage (issue 24: 2.30 nats for a plan whose true leakage is
+    1.65). With a set of laws a value given by any of them counts: the sup over the set approaches
+    it. Computed on the zero pattern, so no long product underflows to a false 'impossible'."""
+    steps, k = kernels.shape[0], kernels.shape[1]
+    out = np.zeros((steps, k), dtype=bool)
+    reach = laws.max(axis=0) > 0
+    for j in range(steps, 0, -1):
+        out[j - 1] = reach
+        reach = (reach.astype(np.int64) @ (kernels[j - 1] > 0).astype(np.int64)) > 0
+    return out
+
+
+def _one_output(rows: NDArray[np.float64], possible: NDArray[np.bool_]) -> bool:
+    """Is the left output one and the same, surely, under every law of the set? Each record (the
+    released stand-in too, at distance m + 1) has one possible output: redacted surely at every value
+    it can take, or a single possible value released surely."""
+    m = rows.shape[0]
+    for j in range(possible.shape[0]):
+        vals = possible[j]
+        if j < m:
+            outputs = int(np.count_nonzero(vals & (rows[j] < 1.0))) + int(bool(np.any(vals & (rows[j] > 0.0))))
+        else:
+            outputs = int(np.count_nonzero(vals))
+        if outputs > 1:
+            return False
+    return True
 
 
 def _all_redacted(W: NDArray[np.float64], Q: NDArray[np.float64], laws: NDArray[np.float64], a: int, b: int) -> float:

@@ -16,6 +16,7 @@ from ..audit.start import start_effect
 from ..chain import MarkovChain, ModelError
 from ..channel import ChannelSequence
 from ..redaction.kplan import DESIGNS, KRedactionPlan, plan_kredaction, plan_kstream
+from ..redaction.plan import relation
 from .common import CliError, json_arg
 
 
@@ -116,7 +117,7 @@ def cmd_kplan(args: argparse.Namespace) -> int:
     print(f"\nutility ν (expected fraction released): {plan.utility:.6f}")
     for p, lk in plan.leakages.items():
         extra = f", brute force {brute[p]:.9f}" if brute is not None else ""
-        print(f"private {p + 1}: exact leakage {lk.total:.9f} nats ≤ ε={plan.epsilon:g} "
+        print(f"private {p + 1}: exact leakage {lk.total:.9f} nats {relation(lk.total, plan.epsilon)} ε={plan.epsilon:g} "
               f"(left {lk.left:.6g}, right {lk.right:.6g}){extra}")
     print("Guarantee holds under the stated Markov model; see README 'Guarantees'.")
     return 0

@@ -19,7 +19,7 @@ from ..chain import MarkovChain
 from ..channel import ChannelSequence
 from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from ..redaction.design import DESIGNS
-from ..redaction.plan import RedactionPlan, plan_redaction
+from ..redaction.plan import RedactionPlan, plan_redaction, relation
 from . import robust
 from .common import CliError, json_arg, read_text, stream_plan
 from .kplan import cmd_kplan, kaudit
@@ -113,7 +113,7 @@ def _plan_table(plan: RedactionPlan, brute: dict[int, float] | None) -> str:
         split = plan.splits.get(p)
         split_s = f", split ε_ℓ={split[0]:.6g} ε_r={split[1]:.6g}" if split and not math.isnan(split[0]) else ""
         lines.append(
-            f"private {p + 1}: exact leakage {lk.total:.9f} nats ≤ ε={plan.epsilon:g}"
+            f"private {p + 1}: exact leakage {lk.total:.9f} nats {relation(lk.total, plan.epsilon)} ε={plan.epsilon:g}"
             f" (left {lk.left:.6g}, right {lk.right:.6g}{split_s}){extra}"
         )
     lines.append("Guarantee holds under the stated Markov model; see README 'Guarantees'.")

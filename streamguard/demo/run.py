@@ -36,6 +36,7 @@ from firmware_sim import Button, Faults, Labels, SimDevice, SimStream, publish_d
 from firmware_sim.onchange import publish_onchange
 
 from ..config import Settings
+from ..redaction.plan import relation
 from ..stream.daemon import Daemon
 from .hall import NAME as HALL, check_hall, hall_sensor, hall_stream
 
@@ -250,7 +251,8 @@ def _summary(watch: Watch, sent: dict[str, Any], elapsed: float, hall_sent: int)
         lines.append(
             f"  {s.name}: accepted {c.get('accepted', 0)}, rejected {_counts(c.get('rejected', {}))}, published {len(recs)} "
             f"({len(recs) - red} released, {red} redacted); plan: horizons {_horizons(pv.get('horizons'))}, "
-            f"exact plan leakage {pv.get('plan_leakage', float('nan')):.4f} ≤ ε={s.epsilon:g}; "
+            f"exact plan leakage {pv.get('plan_leakage', float('nan')):.4f} "
+            f"{relation(pv.get('plan_leakage', float('nan')), s.epsilon)} ε={s.epsilon:g}; "
             f"marks {len(marks)} ({honoured} honoured), max achieved leakage "
             + (f"{max(leaks):.4f}" if leaks else "—")
         )

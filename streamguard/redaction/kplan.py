@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..audit.kstate import PairLeakage, combine, redaction_leakage
 from ..chain import MarkovChain
 from .kside import KSideModel, KSidePlan, design_kside, expected_redacted, window_side
-from .plan import SignedTable, StreamPlan, check_epsilon, plan_stream
+from .plan import SignedTable, StreamPlan, check_epsilon, enforce_budget, plan_stream, require_within
 
 KSPLITS = ("even", "optimize")
 DESIGNS = ("exact", "window")
@@ -130,7 +130,9 @@ def plan_kstream(chain: MarkovChain, epsilon: float, *, design: str = "exact", s
     w = check_weights(weights, chain.k)
     left, right = _stream_models(chain)
     lp, rp = plan_sides(left, right, eps, design, split, w)
-    return KStreamPlan(chain, eps, design, lp, rp, w)
+    plan = KStreamPlan(chain, eps, design, lp, rp, w)
+    require_within(plan.leakage().total, eps)
+    return plan
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ class KRedactionPlan:
 def plan_kredaction(chain: MarkovChain, n: int, private: Sequence[int], epsilon: float, *,
                     design: str = "exact", split: str | float = "optimize",
                     weights: ArrayLike | None = None) -> KRedactionPlan:
-    """k-state 3R for records 0..n−1 (0-based private indices) of ``chain`` with its initial law."""
+    """k-state 3R for records 0..n−1 (0-based private indices) of ``chain`` with its initial law;
+    every private record's exact leakage is checked at the end (:func:`.plan.enforce_budget`)."""
     eps = check_epsilon(epsilon)
     if n < 1:
         raise ValueError("n must be ≥ 1")
@@ -179,7 +182,7 @@ def plan_kredaction(chain: MarkovChain, n: int, private: Sequence[int], epsilon:
         for d in range(rp.horizon):
             np.maximum(red[p + 1 + d], rp.red[d], out=red[p + 1 + d])
         splits[p] = (lp.budget, rp.budget)
-    leaks = {p: redaction_leakage(chain.matrix, chain.initial, red, p) for p in ps}
+    leaks = enforce_budget(red, ps, eps, lambda rows, p: redaction_leakage(chain.matrix, chain.initial, rows, p))
     return KRedactionPlan(chain, eps, design, ps, red, leaks, splits)
 
 

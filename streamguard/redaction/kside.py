@@ -59,13 +59,25 @@ class KSideModel:
         return self.chain.k
 
     @cached_property
-    def secrets(self) -> NDArray[np.bool_]:
-        """Values X_p can take (pairs with an impossible value are not secrets)."""
+    def law_at_p(self) -> NDArray[np.float64]:
+        """The law of X_p (a finite left side: ``law`` carried over its ``length`` steps)."""
         steps = self.length if self.direction == "left" and self.length is not None else 0
-        return (self.law @ self.chain.power(steps)) > 0
+        return self.law @ self.chain.power(steps)
+
+    def stand_in_law(self, m: int) -> NDArray[np.float64]:
+        """The law of the released record just beyond ``m`` left rows, index p − m − 1: in a stream
+        ``law`` (π); on a finite left side the first record's law carried p − m − 1 steps. (Taking
+        the first record's law here was issue 24's bug: a point mass at X_0 stood in at p − m − 1,
+        so the design saw Pr(X_p = ·) = μP^{m+1} instead of μP^p and released too much.)"""
+        if self.length is None:
+            return self.law
+        return self.law @ self.chain.power(self.length - m - 1)
 
     def pairs(self, rows: NDArray[np.float64]) -> NDArray[np.float64]:
-        """(k, k) side log-ratio maxima of ``rows`` (distances 1..m; m ≤ length)."""
+        """(k, k) side log-ratio maxima of ``rows`` (distances 1..m; m ≤ length), every ordered pair
+        of values of X_p — a value of probability 0 too (docs/initial-law.md, "Values of X_p of
+        probability 0": the right side is the chain started from it; the left side leaks without
+        bound about it unless it is surely all redacted back to the first record)."""
         m, k = rows.shape
         P = self.chain.matrix
         if self.direction == "right":
@@ -73,13 +85,13 @@ class KSideModel:
             return right_pairs(np.broadcast_to(P, (cut.shape[0], k, k)), cut)
         reaches = self.length is not None and m == self.length
         kern = np.broadcast_to(P, (m if reaches else m + 1, k, k))
-        return left_pairs(kern, rows, self.law[None], reaches_start=reaches)
+        law = self.law if reaches else self.stand_in_law(m)
+        return left_pairs(kern, rows, law[None], reaches_start=reaches)
 
     def leakage(self, rows: NDArray[np.float64]) -> float:
-        """Exact leakage of the side alone (max over secret pairs)."""
+        """Exact leakage of the side alone (max over ordered pairs of distinct values)."""
         L = self.pairs(rows)
-        ok = self.secrets[:, None] & self.secrets[None, :] & ~np.eye(self.k, dtype=bool)
-        return float(L[ok].max()) if ok.any() else 0.0
+        return float(L[~np.eye(self.k, dtype=bool)].max())
 
     def influences(self, count: int) -> NDArray[np.float64]:
         """(count, k) pointwise influence of releasing value x at distance d with nothing else:
@@ -88,12 +100,12 @@ class KSideModel:
         P = self.chain.matrix
         out = np.empty((count, self.k))
         Pd = np.eye(self.k)
-        lawp = self.law @ self.chain.power(self.length) if self.direction == "left" and self.length else self.law
+        lawp = self.law_at_p
         for d in range(count):
             Pd = Pd @ P
             # right: Pr(x | a) = P^d[a, x]; left: Pr(x | a) ∝ law_{p−d}(x) P^d[x, a] / law_p(a)
             cond = Pd if self.direction == "right" else (Pd / np.where(lawp > 0, lawp, 1.0)[None, :]).T
-            cond = cond[self.secrets]
+            cond = cond[lawp > 0]  # (an order only: the values X_p takes)
             with np.errstate(divide="ignore", invalid="ignore"):
                 hi, lo = cond.max(axis=0), cond.min(axis=0)
                 out[d] = np.where(hi <= 0, 0.0, np.log(hi) - np.log(lo))

@@ -21,10 +21,10 @@ Indices are 0-based here; the CLI prints the papers' 1-based positions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -39,11 +39,65 @@ from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side, plan_side
 
 SPLITS = ("even", "optimize")
 _SPLIT_GRID = 16
+#: Relative slack when an exact leakage is compared with ε: the audits add and subtract
+#: logarithms, so a design that meets ε exactly can come out a few ulps above it.
+ROUNDOFF = 1e-12
 
 
 def check_epsilon(epsilon: float) -> float:
     """The budget of a plan: 0 < ε ≤ 1000 nats, as everywhere (:mod:`streamguard.budget`)."""
     return check_budget(epsilon)
+
+
+def within(leakage: float, epsilon: float) -> bool:
+    """Does an exact leakage meet ε (up to :data:`ROUNDOFF`)? NaN and +∞ never do."""
+    return leakage <= epsilon * (1 + ROUNDOFF)
+
+
+def relation(leakage: float, epsilon: float) -> str:
+    """'≤' or '>': what a printed leakage is to ε, computed (:func:`within`), never literal text."""
+    return "≤" if within(leakage, epsilon) else ">"
+
+
+class OverBudget(ValueError):
+    """A plan whose exact leakage exceeds its ε: refused, never returned as a plan."""
+
+
+class _Total(Protocol):
+    total: float
+
+
+_L = TypeVar("_L", bound=_Total)
+
+
+def enforce_budget(red: NDArray[np.float64], private: Sequence[int], epsilon: float,
+                   audit: Callable[[NDArray[np.float64], int], _L]) -> dict[int, _L]:
+    """The final exact check of every finite plan (binary and k-state), on the combined rows
+    ``red`` (n × k, changed in place): ``audit(red, p)`` is the exact leakage about record p.
+
+    A design is checked, never trusted. A private record above ε gets more redaction — first its
+    left side back to the first record, then its right side to the last — until it holds: both
+    sides fully redacted leave one output, which leaks nothing, and more redaction never raises
+    another record's leakage (a post-processing). Raises :class:`OverBudget` if the audit still
+    says more than ε (it cannot, by that argument). Returns the exact leakage of the final rows."""
+    for p in private:
+        for widen in (slice(0, p), slice(p + 1, None)):
+            if within(audit(red, p).total, epsilon):
+                break
+            red[widen] = 1.0
+    leaks = {p: audit(red, p) for p in private}
+    for p, lk in leaks.items():
+        if not within(lk.total, epsilon):  # pragma: no cover - full redaction leaks nothing
+            raise OverBudget(f"private {p + 1}: exact leakage {lk.total:.9g} nats > ε = {epsilon:g} "
+                             "even fully redacted")
+    return leaks
+
+
+def require_within(leakage: float, epsilon: float) -> None:
+    """The final exact check of a stream plan (a table by distance has no 'redact to the start' to
+    fall back on): :class:`OverBudget`, with a one-line reason, when its exact leakage exceeds ε."""
+    if not within(leakage, epsilon):
+        raise OverBudget(f"the stream plan's exact leakage {leakage:.9g} nats > ε = {epsilon:g}")
 
 
 def _split_candidates(
@@ -217,15 +271,16 @@ def place_side(red: NDArray[np.float64], regions: NDArray[np.int8], p: int, sp: 
 def finalize(chain: MarkovChain, n: int, private: tuple[int, ...], epsilon: float, design: str,
              red: NDArray[np.float64], regions: NDArray[np.int8],
              splits: dict[int, tuple[float, float]]) -> RedactionPlan:
-    """Mark the private records L, audit every private record exactly, and build the plan."""
+    """Mark the private records L, audit every private record exactly (:func:`enforce_budget`:
+    more redaction where a record is above ε), and build the plan."""
     for p in private:
         red[p] = 1.0
-        regions[p] = L
+    leaks = enforce_budget(red, private, epsilon,
+                           lambda rows, p: exact_leakage(chain, ChannelSequence.from_redaction(rows), p))
+    regions[np.all(red >= 1.0, axis=1)] = L
     red.setflags(write=False)
     regions.setflags(write=False)
-    plan = RedactionPlan(chain, n, private, epsilon, design, red, regions, splits, {})
-    plan.leakage.update({p: exact_leakage(chain, plan.channels(), p) for p in private})
-    return plan
+    return RedactionPlan(chain, n, private, epsilon, design, red, regions, splits, leaks)
 
 
 def plan_redaction(
@@ -344,4 +399,6 @@ def plan_stream(
     left = SideModel(chain, 0, "left", None)
     right = SideModel(chain, 0, "right", None)
     lp, rp = plan_sides(left, right, eps, design, split, threshold)
-    return StreamPlan(chain, eps, design, lp, rp)
+    plan = StreamPlan(chain, eps, design, lp, rp)
+    require_within(plan.leakage().total, eps)
+    return plan
