@@ -9,8 +9,11 @@ privatization (issue 14; docs/consumer-guide.md).
 
 ``--json`` prints one object whose ``streams`` maps each stream name to ``labels``, ``records``,
 ``redacted``, ``duplicates``, ``gaps``, ``frequency`` (estimated share of each state, label order)
-and ``frequency_ci`` ([low, high] per state, 95%), plus ``naive``, ``method``, ``missing`` and a
-per-device breakdown with the re-audit of the published claims. ``--bucket SECONDS`` adds the
+and ``frequency_ci`` ([low, high] per state, 95%), plus ``naive``, ``method``, ``missing``, ``lost``
+and a per-device breakdown with the re-audit of the published claims (over the stated model set
+when there is one; each mark confirmed, refuted — a warning — or not checkable from what was
+received). ``gaps`` and ``missing`` count grid steps (positions) without a received record, ``lost``
+the records known lost (seqs). ``--bucket SECONDS`` adds the
 share per time bucket; ``--plot FILE.png`` draws it. Bad arguments, an unreachable broker or an
 unreadable file: one line on stderr, exit status 2.
 """
