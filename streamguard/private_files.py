@@ -28,6 +28,23 @@ def create_private(path: str | Path) -> int:
     return fd
 
 
+def write_private(path: str | Path, text: str) -> None:
+    """Replace the file at ``path`` atomically with ``text``, mode 0600: a temporary file beside
+    it, created 0600 before anything is written (:func:`create_private`; the leftover of a write
+    that failed is removed, never written through), then renamed over ``path`` — so an existing
+    file readable by others is replaced, not written into."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with os.fdopen(create_private(tmp), "wb") as f:
+            f.write(text.encode())
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def private_file(path: str | Path) -> None:
     """Make sure the file at ``path`` exists with mode 0600 (or stricter). ``:memory:`` is skipped."""
     p = str(path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import sqlite3
 import re
 import stat
@@ -22,7 +21,6 @@ from brokers import Broker
 from daemon_harness import daemon_running
 
 from streamguard.config import Settings
-from streamguard.stream.metrics import write_textfile
 
 #: The series written only with ``private_counters = true``.
 PRIVATE_SERIES = ("streamguard_records_released", "streamguard_records_redacted", "streamguard_ledger_events")
@@ -174,33 +172,3 @@ async def test_marks_move_no_exported_series_without_private_counters(mosquitto:
         assert marked[redacted] > plain[redacted]
         assert marked['streamguard_frames_rejected_total{stream="s",reason="bad-private"}'] == 1
         assert moved <= {k for k in moved if k.startswith(PRIVATE_SERIES) or "reason=" in k}, moved
-
-
-def test_the_textfile_is_created_private_before_it_is_written(tmp_path: Path) -> None:
-    """The new file is 0600 from its creation (whatever the umask), a leftover temporary file
-    of a failed write is replaced, never written through, and an old 0644 textfile is replaced
-    by a 0600 one."""
-    prom = tmp_path / "streamguard.prom"
-    prom.write_text("old\n")
-    os.chmod(prom, 0o644)
-    leftover = tmp_path / f".{prom.name}.{os.getpid()}.tmp"
-    target = tmp_path / "elsewhere"
-    target.write_text("keep\n")
-    leftover.symlink_to(target)
-    modes: list[int] = []
-    real_fdopen = os.fdopen
-
-    def spy(fd: int, *args: object, **kwargs: object) -> object:
-        modes.append(stat.S_IMODE(os.fstat(fd).st_mode))  # (before a byte is written)
-        return real_fdopen(fd, *args, **kwargs)
-
-    old_umask = os.umask(0o022)
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(os, "fdopen", spy)
-            write_textfile(prom, "streamguard_reconnects_total 0\n")
-    finally:
-        os.umask(old_umask)
-    assert modes == [0o600]
-    assert stat.S_IMODE(prom.stat().st_mode) == 0o600 and prom.read_text() == "streamguard_reconnects_total 0\n"
-    assert target.read_text() == "keep\n" and not leftover.exists()

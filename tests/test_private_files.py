@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamguard.ledger.store import Ledger
+from streamguard.private_files import write_private
 from streamguard.stream.outbox import Item, Outbox
 
 
@@ -60,3 +61,44 @@ def test_broker_secrets_at_risk_are_named_never_shown(tmp_path: Path) -> None:
     os.chmod(secret, 0o600)
     assert BrokerConfig(host="127.0.0.1", password_file=secret).risks() == []
     assert BrokerConfig(host="broker.example", password_file=secret, tls=True).risks() == []
+
+
+def test_a_private_file_is_0600_before_it_is_written_and_replaces_the_old_one(tmp_path: Path,
+                                                                             open_umask: None) -> None:
+    """write_private (the metrics textfile, a ledger export): the new file is 0600 from its
+    creation whatever the umask, a leftover temporary file of a failed write is replaced, never
+    written through (here a symlink to another file), and an old 0644 file is replaced by a 0600
+    one, not written into."""
+    path = tmp_path / "streamguard.prom"
+    path.write_text("old\n")
+    os.chmod(path, 0o644)
+    old_inode = path.stat().st_ino
+    leftover = tmp_path / f".{path.name}.{os.getpid()}.tmp"
+    target = tmp_path / "elsewhere"
+    target.write_text("keep\n")
+    leftover.symlink_to(target)
+    modes: list[int] = []
+    real_fdopen = os.fdopen
+
+    def spy(fd: int, *args: object, **kwargs: object) -> object:
+        modes.append(stat.S_IMODE(os.fstat(fd).st_mode))  # (before a byte is written)
+        return real_fdopen(fd, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fdopen", spy)
+        write_private(path, "streamguard_reconnects_total 0\n")
+    assert modes == [0o600]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_text() == "streamguard_reconnects_total 0\n"
+    assert path.stat().st_ino != old_inode
+    assert target.read_text() == "keep\n" and not leftover.exists()
+
+
+def test_a_ledger_export_is_private(tmp_path: Path, open_umask: None) -> None:
+    """``streamguard ledger export --out``: the events' times date the private marks."""
+    from streamguard.cli import main
+
+    db, out = tmp_path / "l.sqlite", tmp_path / "export.json"
+    with Ledger.open(db):
+        pass
+    assert main(["ledger", "export", "--db", str(db), "--out", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and '"streamguard-ledger"' in out.read_text()

@@ -28,6 +28,7 @@ from ..ledger.events import NAME
 from ..ledger.odometer import odometer
 from ..ledger.recheck import RecheckError, recheck
 from ..ledger.store import Ledger, LedgerError
+from ..private_files import write_private
 
 #: The ``format`` of :meth:`Ledger.export`: a JSON file without it is not an export (exit 2), one
 #: with it is checked (exit 1 if it does not re-check).
@@ -141,7 +142,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(text)
     else:
         try:
-            args.out.write_text(text + "\n")
+            write_private(args.out, text + "\n")  # (the events' times date the private marks)
         except OSError as exc:
             raise _Fail(f"--out {args.out}: {exc.strerror}") from None
     return 0

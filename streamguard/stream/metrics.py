@@ -23,8 +23,9 @@ Two kinds of counters:
   (which lists every mark: consumers audit them), but a monitoring system is often a different,
   wider audience: keep them out unless that audience may know.
 
-The file is 0600 either way, created so before a byte is written (:func:`write_textfile`): the
-monitoring agent reads it as the daemon's user. (Residual: with ``outbox.commit_delay_ms`` > 0 a
+The file is 0600 either way, created so before a byte is written
+(:func:`~streamguard.private_files.write_private`): the monitoring agent reads it as the
+daemon's user. (Residual: with ``outbox.commit_delay_ms`` > 0 a
 store group holding a mark commits at once, so a scrape within that delay of a mark may see the
 group's records published up to that much earlier — well under a scrape interval, and no more
 than the records' arrival on the data topic shows.)
@@ -36,15 +37,13 @@ units, a ``stream`` label (and ``reason`` for rejections).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..private_files import create_private
+from ..private_files import write_private
 
 if TYPE_CHECKING:
     from .daemon import Daemon
@@ -115,23 +114,6 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def write_textfile(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with ``text``, mode 0600: a new file beside it, created 0600
-    before anything is written to it (:func:`~streamguard.private_files.create_private`; a
-    leftover of a write that failed is removed first, never written through), then renamed."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    try:
-        with os.fdopen(create_private(tmp), "wb") as f:
-            f.write(text.encode())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 async def textfile_loop(daemon: Daemon, path: Path, interval: float, *, private_counters: bool) -> None:
     """Rewrite the textfile every ``interval`` seconds until cancelled (a failed write is logged
     once per streak of failures, and retried)."""
@@ -140,7 +122,7 @@ async def textfile_loop(daemon: Daemon, path: Path, interval: float, *, private_
         text = render(daemon.runtimes, await daemon.device_counters(), daemon.stored_counts,
                       private_counters=private_counters)
         try:
-            write_textfile(path, text)
+            write_private(path, text)
             failing = False
         except OSError as exc:
             if not failing:
