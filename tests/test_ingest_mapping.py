@@ -164,9 +164,10 @@ def test_sample_and_hold_rules() -> None:
     assert r.sample(21.0).reason == "offline"
     r.availability(True, 21.5)
     assert r.sample(22.0).reason == "no-reading"  # the reading before offline is not reused
-    r.reading(Unreadable("unmapped", "field 'x' …", 22.2), 22.2)
-    assert r.sample(23.0).reason == "unmapped"
-    assert dict(r.counters.unknown) == {"no-reading": 2, "stale": 1, "offline": 1, "unmapped": 1}
+    r.reading(Reading("off", 22.2), 22.2)
+    r.reading(Unreadable("unmapped", "field 'x' …", 22.7), 22.7)  # not a reading: "off" stays
+    assert r.sample(23.0).value == "off" and dict(r.counters.unreadable) == {"unmapped": 1}
+    assert dict(r.counters.unknown) == {"no-reading": 2, "stale": 1, "offline": 1}
 
 
 class FakeClock:
@@ -337,7 +338,8 @@ def test_example_errors_are_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mechanism", ["redaction", "channel"])
 def test_ticks_reach_the_runtime_as_steps(mechanism: str, tmp_path: Path) -> None:
     """Known ticks are accepted records at the tick's time; unknown ones take the rejected-frame
-    path (a physical step, no seq, counted by reason) — for 3R and for a 3-state channel stream."""
+    path (a physical step, no seq, counted by reason) — for 3R and for a 3-state channel stream. An
+    unmapped value is not a reading: the held one stays (counted for the log)."""
     from streamguard.sampling import bit_source
     from streamguard.stream.runtimes import make_runtime
 
@@ -361,8 +363,9 @@ def test_ticks_reach_the_runtime_as_steps(mechanism: str, tmp_path: Path) -> Non
             ingest.on_message(topic, payload, retain=False, now=t0 + i + 0.5)
         steps.append(ingest.tick(t0 + i + 1))
         rt.on_frame(steps[-1], t0 + i + 1)
-    assert rt.counters.accepted == 2 and dict(rt.counters.rejected) == {"no-reading": 1, "unmapped": 2}
-    assert [isinstance(s, Rejection) for s in steps] == [True, False, False, True, True]
+    assert rt.counters.accepted == 4 and dict(rt.counters.rejected) == {"no-reading": 1}
+    assert [isinstance(s, Rejection) for s in steps] == [True, False, False, False, False]
+    assert ingest.local_counters()["unreadable"] == 1
     assert rt.steps.newest_ts == t0 + 5
     if mechanism == "redaction":
-        assert rt.core.next_phys == 5 and rt.core.next_seq == 2  # every tick a step; seqs for the known ones
+        assert rt.core.next_phys == 5 and rt.core.next_seq == 4  # every tick a step; seqs for the known ones

@@ -38,6 +38,7 @@ from streamguard.config import Settings
 from streamguard.ingest.resampler import Resampler
 from streamguard.ingest.stream import IngestStream
 from streamguard.sampling import bit_source
+from streamguard.stream.records import Rejection
 from streamguard.stream.runtimes import make_runtime
 
 LABELS = ["vacant", "occupied"]
@@ -281,3 +282,141 @@ def test_randomized_family_long(tmp_path: Path) -> None:
         outcome, _ = _family_case(seed, tmp_path)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes.get("refused", 0) > 10 and outcomes.get("held", 0) > 10 and outcomes.get("stopped", 0) > 10
+
+
+# -- unmapped values ---------------------------------------------------------------------------
+def _three_state_messages(rng: random.Random, duration: float, dwell: float) -> list[tuple[float, int]]:
+    """An on-change sensor with a third state the map does not know (zigbee2mqtt's ``occupancy``
+    null, say): (time, state) per change, state 2 the unmapped one."""
+    out, t, state = [(0.0, 0)], 0.0, 0
+    while True:
+        t += rng.expovariate(1.0 / dwell)
+        if t >= duration:
+            return out
+        state = rng.choice([s for s in (0, 1, 2) if s != state])
+        out.append((t, state))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_unmapped_value_makes_no_gap(seed: int, tmp_path: Path) -> None:
+    """Before: an unmapped value made the steps unknown until the next mapped message, so the gaps
+    were exactly the periods of the unmapped state — every mark in one had its state named. Now an
+    unreadable message is not a reading (the held one stays, counted only in the log): no gap."""
+    rng = random.Random(seed)
+    settings = _settings(tmp_path, alpha=0.05, beta=0.05, period=0.5, stale_after=None, heartbeat=None)
+    cfg = settings.streams[0]
+    ingest, rt = IngestStream(cfg), make_runtime(settings, cfg, bit_source(11, 0))
+    payloads = [b'{"occupancy":false}', b'{"occupancy":true}', b'{"occupancy":null}']
+    changes = _three_state_messages(rng, 200.0, 5.0)
+    assert any(s == 2 for _, s in changes[1:])
+    t0, steps, i = T0_TICK * 0.5, [], 0
+    for k in range(400):
+        g = (T0_TICK + k + 1) * 0.5
+        while i < len(changes) and t0 + changes[i][0] + LATENCY <= g:
+            ingest.on_message("zigbee2mqtt/hall", payloads[changes[i][1]], retain=False, now=t0 + changes[i][0] + LATENCY)
+            i += 1
+        steps.append(ingest.tick(g))
+        rt.on_frame(steps[-1], g)
+    assert not any(isinstance(s, Rejection) for s in steps)
+    assert ingest.local_counters()["unreadable"] == sum(1 for _, s in changes if s == 2)
+
+
+# -- the rule, by brute force (docs/unknown-steps.md) --------------------------------------------
+Pattern = list[tuple[tuple[bool, ...], float]]  # (unknown mask, probability) given a path
+
+
+def view_leakage(alpha: float, beta: float, rows: list[tuple[float, float]], p: int, pattern: Any) -> float:
+    """Exact leakage (nats) about X_p of the view a consumer gets — each step a value, ⊥ (redacted
+    record) or missing (unknown step) — by enumerating every path and every view of a binary chain
+    started in its stationary law. ``rows[t][x]`` = Pr(⊥ | X_t = x); ``pattern(path)`` lists the
+    unknown masks with their probabilities given the path."""
+    import itertools
+    import math
+
+    n = len(rows)
+    P = ((1 - alpha, alpha), (beta, 1 - beta))
+    pi = (beta / (alpha + beta), alpha / (alpha + beta))
+    joint: dict[tuple[Any, ...], list[float]] = {}
+    prior = [0.0, 0.0]
+    for path in itertools.product((0, 1), repeat=n):
+        pr = pi[path[0]]
+        for a, b in zip(path, path[1:]):
+            pr *= P[a][b]
+        prior[path[p]] += pr
+        for mask, q in pattern(path):
+            outcomes = [(("?",),) if mask[t] else ((path[t], 1 - rows[t][path[t]]), ("⊥", rows[t][path[t]]))
+                        for t in range(n)]
+            for view in itertools.product(*outcomes):
+                w = pr * q
+                for o in view:
+                    w *= o[1] if len(o) > 1 else 1.0
+                if w > 0:
+                    joint.setdefault(tuple(o[0] for o in view), [0.0, 0.0])[path[p]] += w
+    worst = 0.0
+    for w0, w1 in joint.values():
+        a, b = w0 / prior[0], w1 / prior[1]
+        if a == 0 or b == 0:
+            return math.inf
+        worst = max(worst, abs(math.log(a / b)))
+    return worst
+
+
+def _none(path: tuple[int, ...]) -> Pattern:
+    return [(tuple(False for _ in path), 1.0)]
+
+
+def _independent(q: list[float]) -> Any:
+    import itertools
+
+    def pattern(path: tuple[int, ...]) -> Pattern:
+        out = []
+        for mask in itertools.product((False, True), repeat=len(path)):
+            pr = 1.0
+            for m, qt in zip(mask, q):
+                pr *= qt if m else 1 - qt
+            out.append((mask, pr))
+        return out
+    return pattern
+
+
+def _stale(m: int) -> Any:
+    """On change, stale after m steps: unknown where the reading did not change for m steps."""
+    return lambda path: [(tuple(t >= m and len(set(path[t - m:t + 1])) == 1 for t in range(len(path))), 1.0)]
+
+
+def _stop(h: int) -> Any:
+    """A heartbeat of h steps declared but not kept: from the first silence of h steps, unknown."""
+    def pattern(path: tuple[int, ...]) -> Pattern:
+        first = next((t for t in range(h, len(path)) if len(set(path[t - h:t + 1])) == 1), len(path))
+        return [(tuple(t >= first for t in range(len(path))), 1.0)]
+    return pattern
+
+
+def _rows(rng: random.Random, n: int, p: int) -> list[tuple[float, float]]:
+    return [(1.0, 1.0) if t == p else (rng.uniform(0, 1), rng.uniform(0, 1)) for t in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_value_independent_unknown_steps_never_add_leakage(seed: int) -> None:
+    """If which steps are unknown does not depend on the path, the view is a post-processing of
+    the view without them: its leakage is at most the plan's (exact enumeration, n = 6)."""
+    rng = random.Random(seed)
+    alpha, beta, n, p = rng.uniform(0.05, 0.5), rng.uniform(0.05, 0.5), 6, rng.randrange(1, 5)
+    rows = _rows(rng, n, p)
+    base = view_leakage(alpha, beta, rows, p, _none)
+    assert 0 < base < float("inf")
+    q = [rng.uniform(0, 0.9) for _ in range(n)]
+    assert view_leakage(alpha, beta, rows, p, _independent(q)) <= base + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stale_and_a_false_heartbeat_pin_the_marked_reading(seed: int) -> None:
+    """Unknown steps that depend on the path: stale on an on-change source, and the stop of a
+    heartbeat that is declared but not kept — some view pins X_p (infinite leakage), whatever the
+    plan's rows below 1. Why stale_after needs a heartbeat, and why the heartbeat is load-bearing."""
+    rng = random.Random(seed)
+    alpha, beta, n, p = rng.uniform(0.05, 0.5), rng.uniform(0.05, 0.5), 6, rng.randrange(1, 4)
+    rows = [(1.0, 1.0) if t == p else (rng.uniform(0, 0.99), rng.uniform(0, 0.99)) for t in range(n)]
+    assert view_leakage(alpha, beta, rows, p, _none) < float("inf")
+    assert view_leakage(alpha, beta, rows, p, _stale(2)) == float("inf")
+    assert view_leakage(alpha, beta, rows, p, _stop(2)) == float("inf")

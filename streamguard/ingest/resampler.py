@@ -24,8 +24,12 @@ step, it is counted by reason, never guessed — when
 - ``heartbeat``: the source, online and with the daemon connected, was silent for longer than its
   declared ``heartbeat`` (its guaranteed report interval whatever its value). The declaration is
   then false for this source, or the device failed: every step from then on, for the rest of the
-  run, is unknown — the stream does not resume at the next message, whose time would be a change's;
-- the last message could not be read (``unmapped``, ``missing-field``, ``bad-ts``, ``not-json``…).
+  run, is unknown — the stream does not resume at the next message, whose time would be a change's.
+
+A message that cannot be read (an unmapped value, a missing field, not JSON, a bad time…) is not a
+reading: the held one stays, and it is counted for the log only. Making the steps unknown from it to
+the next readable message would date the source's messages — its changes — and, for a value only one
+state sends, name that state (docs/unknown-steps.md). It still counts as the source being heard.
 
 A reading whose payload time is older than the held reading's is late and ignored (counted). A
 privacy-button press marks the step of the next tick — the step that holds the reading of the
@@ -70,12 +74,15 @@ class _Observation:
 @dataclass
 class ResamplerCounters:
     """Counts of one stream's resampler. Only ``unknown`` (counted per tick) may be published:
-    ``late`` and ``presses`` count raw messages, whose times are the sensor's (stream.py)."""
+    ``late``, ``unreadable`` and ``presses`` count raw messages, whose times are the sensor's
+    (stream.py)."""
 
     #: Unknown steps by reason.
     unknown: Counter[str] = field(default_factory=Counter)
     #: Readings older than the held one (ignored).
     late: int = 0
+    #: Messages that could not be read, by reason (the held reading stayed).
+    unreadable: Counter[str] = field(default_factory=Counter)
     presses: int = 0
 
 
@@ -93,7 +100,7 @@ class Resampler:
         #: Set once the declared heartbeat was missed: the stream stays unknown for the run.
         self.silent: float | None = None
         self.counters = ResamplerCounters()
-        self._held: Reading | Unreadable | None = None
+        self._held: Reading | None = None
         self._online = True  # until the availability topic says otherwise (it may never speak)
         self._connected = True
         self._press = False
@@ -114,8 +121,8 @@ class Resampler:
         for o in self._pending:
             if o.online is False or o.connected is not None:
                 held = False
-            if o.reading is not None:  # (a late reading is ignored, but then a reading was held)
-                held = isinstance(o.reading, Reading)
+            if isinstance(o.reading, Reading):  # (a late reading is ignored, but then a reading was held)
+                held = True
         return held
 
     def availability(self, online: bool, recv: float) -> None:
@@ -150,7 +157,9 @@ class Resampler:
         r = obs.reading
         if r is not None:
             self._heard = obs.recv
-            if isinstance(self._held, Reading) and r.ts < self._held.ts:
+            if isinstance(r, Unreadable):
+                self.counters.unreadable[r.reason] += 1
+            elif self._held is not None and r.ts < self._held.ts:
                 self.counters.late += 1
             else:
                 self._held = r
@@ -175,11 +184,9 @@ class Resampler:
             reason = "offline"
         elif held is None:
             reason = "no-reading"
-        elif isinstance(held, Unreadable):
-            reason = held.reason
         elif self.stale_after is not None and g - held.ts > self.stale_after:
             reason = "stale"
         else:
             return Sample(g, held.value, None, private)
         self.counters.unknown[reason] += 1
-        return Sample(g, None, reason, private, held.message if isinstance(held, Unreadable) else None)
+        return Sample(g, None, reason, private)

@@ -93,9 +93,11 @@ class IngestConfig(TopicSpec):
     #: Canonical payload value → the stream's label (omitted: the value must be a label itself, or
     #: a number for a stream with bins).
     values: dict[str, str] | None = None
-    #: A value the map does not know (or a payload without the field): ``reject`` makes the step
-    #: unknown (redacted with probability 1) until a mapped reading arrives; ``ignore`` leaves the
-    #: held reading as it was (for payloads that carry other things, e.g. a button's empty action).
+    #: A value the map does not know (or a payload without the field): ``reject`` makes it an
+    #: unreadable message, ``ignore`` not this stream's message at all (for payloads that carry other
+    #: things, e.g. a button's empty action). A periodic source's unreadable message is an unknown
+    #: step; a resampled source's is not a reading — the held one stays, since unknown steps from it
+    #: to the next message would date the source's changes (ingest/resampler.py).
     unmapped: Literal["reject", "ignore"] = "reject"
     #: Where a reading's time comes from: ``receive`` (the daemon's clock when the message
     #: arrives), a payload field, or (omitted) the preset's choice.

@@ -160,7 +160,8 @@ class IngestStream:
         """Counts of raw messages (never published; logged once at shutdown)."""
         out = {"messages": self.messages, "retained_skipped": self.retained_skipped}
         if self.resampler is not None:
-            out |= {"late_readings": self.resampler.counters.late, "button_presses": self.resampler.counters.presses}
+            c = self.resampler.counters
+            out |= {"late_readings": c.late, "unreadable": sum(c.unreadable.values()), "button_presses": c.presses}
         return out
 
     def close(self) -> None:
