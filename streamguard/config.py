@@ -373,6 +373,14 @@ class StreamConfig(_Strict):
     drift_guard: bool | None = None
     drift_false_alarm: float = Field(1e-3, gt=0, lt=1)
 
+    @field_validator("raw_topic")
+    @classmethod
+    def _one_raw_topic(cls, v: str | None) -> str | None:
+        """Frames are routed by their exact topic, so a filter (``+``, ``#``) would never be read."""
+        if v is not None and (not v or "+" in v or "#" in v or "\x00" in v):
+            raise ValueError("raw_topic is one topic name (no + or #): frames are routed by their exact topic")
+        return v
+
     @model_validator(mode="after")
     def _states(self) -> StreamConfig:
         if self.drift_guard and self.mechanism != "redaction":

@@ -168,6 +168,14 @@ def test_distinct_inputs_are_accepted(tmp_path: Path, what: str, streams: list[s
     assert [s.name for s in load_settings(_config(tmp_path, streams)).streams] == ["a", "b"]
 
 
+@pytest.mark.parametrize("topic", ["sensors/+", "sensors/#", "#"])
+def test_a_raw_topic_is_one_topic(tmp_path: Path, topic: str) -> None:
+    """Frames are routed by their exact topic: a filter as ``raw_topic`` was subscribed to and
+    never read (a stream that silently received nothing)."""
+    with pytest.raises(ConfigError, match=r"raw_topic is one topic name \(no \+ or #\)"):
+        load_settings(_config(tmp_path, [_raw("a", topic)]))
+
+
 def test_two_stdin_streams_are_refused(tmp_path: Path) -> None:
     streams = [HEAD.format(name=n, extra='source = "stdin"\n') for n in ("a", "b")]
     with pytest.raises(ConfigError, match="at most one stream can read standard input"):
