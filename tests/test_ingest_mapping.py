@@ -247,18 +247,41 @@ def test_button_marks_the_next_tick_and_ignores_retained(tmp_path: Path) -> None
               "values": {"true": "occupied", "false": "vacant"},
               "button": {"preset": "zigbee2mqtt", "device": "privacy_button", "field": "action", "press": ["single"]}}
     s = IngestStream(_settings(tmp_path, sample_period=1.0, ingest=ingest).streams[0])
-    assert "zigbee2mqtt/privacy_button" in s.filters()
+    # the button is read on the persistent input session, the sensor on the control connection
+    assert s.button_filters() == ["zigbee2mqtt/privacy_button"] and "zigbee2mqtt/privacy_button" not in s.filters()
+
+    def press(payload: bytes, *, retain: bool, now: float) -> None:
+        p = s.press("zigbee2mqtt/privacy_button", payload, retain=retain, now=now)
+        if p is not None:
+            assert p.ts is None  # (no timestamp configured)
+            assert s.press_received(now) is None  # (resampled: the resampler marks the next tick)
+
     s.on_message("zigbee2mqtt/hall", b'{"occupancy":false}', retain=True, now=NOW + 0.1)
-    s.on_message("zigbee2mqtt/privacy_button", b'{"action":"single"}', retain=True, now=NOW + 0.1)
+    press(b'{"action":"single"}', retain=True, now=NOW + 0.1)
     assert json.loads(s.tick(NOW + 1))["private"] is False  # type: ignore[arg-type]
-    s.on_message("zigbee2mqtt/privacy_button", b'{"action":"double"}', retain=False, now=NOW + 1.2)
+    press(b'{"action":"double"}', retain=False, now=NOW + 1.2)
     assert json.loads(s.tick(NOW + 2))["private"] is False  # type: ignore[arg-type]
-    s.on_message("zigbee2mqtt/privacy_button", b'{"action":"single","battery":90}', retain=False, now=NOW + 2.2)
+    press(b'{"action":"single","battery":90}', retain=False, now=NOW + 2.2)
     assert json.loads(s.tick(NOW + 3)) == {"value": "vacant", "ts": NOW + 3, "private": True}  # type: ignore[arg-type]
-    s.on_message("zigbee2mqtt/privacy_button", b'{"action":"single"}', retain=False, now=NOW + 3.5)
+    press(b'{"action":"single"}', retain=False, now=NOW + 3.5)
     s.on_message("zigbee2mqtt/hall/availability", b"offline", retain=False, now=NOW + 3.6)
     unknown = s.tick(NOW + 4)  # an unknown step that was pressed is still marked (fail closed)
     assert isinstance(unknown, Rejection) and unknown.private and unknown.reason == "offline"
+
+
+def test_button_press_carries_its_own_time(tmp_path: Path) -> None:
+    """With the button's ``timestamp``, a press reports when it was pressed (a press queued at the
+    broker during an outage is placed at that step: stream/vouch.py); an unreadable time is none."""
+    ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
+              "values": {"true": "occupied", "false": "vacant"},
+              "button": {"preset": "zigbee2mqtt", "device": "b", "field": "action", "press": ["single"],
+                         "timestamp": {"field": "t", "format": "epoch-ms"}}}
+    s = IngestStream(_settings(tmp_path, sample_period=1.0, ingest=ingest).streams[0])
+    p = s.press("zigbee2mqtt/b", b'{"action":"single","t":%d}' % int((NOW - 5) * 1000), retain=False, now=NOW)
+    assert p is not None and p.ts == pytest.approx(NOW - 5)
+    p = s.press("zigbee2mqtt/b", b'{"action":"single","t":"soon"}', retain=False, now=NOW)
+    assert p is not None and p.ts is None
+    assert s.press("zigbee2mqtt/b", b'{"action":"double","t":1}', retain=False, now=NOW) is None
 
 
 def test_retained_redelivery_never_replaces_a_held_reading(tmp_path: Path) -> None:

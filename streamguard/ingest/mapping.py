@@ -228,13 +228,28 @@ class Extractor:
         return not isinstance(value, Rejection) and canonical(value) in a.online
 
 
-def pressed(button: Mapping, presses: frozenset[str], topic: str, payload: bytes) -> bool:
-    """Is this message a press of the privacy button (its value is one of ``presses``)?"""
+@dataclass(frozen=True)
+class Press:
+    """A press of a privacy button: ``ts`` its own time from the payload (the button's
+    ``timestamp``), None when the button states none or the field cannot be read (the press is
+    then placed by when it was received: stream/vouch.py)."""
+
+    ts: float | None = None
+
+
+def pressed(button: Mapping, presses: frozenset[str], topic: str, payload: bytes, *, now: float) -> Press | None:
+    """The press in this message, if it is one of the privacy button (its value is one of
+    ``presses``)."""
     route = next((r for r in button.routes if matches(r.filter, topic)), None)
     if route is None:
-        return False
+        return None
     doc = decode(payload, json_only=button.path is not None or bool(button.match))
     if isinstance(doc, Rejection) or any(canonical(get(doc, p)) != want for p, want in button.match):
-        return False
+        return None
     value = get(doc, route.prefix) if button.path is None else get(get(doc, route.prefix), button.path)
-    return value is not _MISSING and canonical(value) in presses
+    if value is _MISSING or canonical(value) not in presses:
+        return None
+    spec = button.timestamp
+    if spec is None:
+        return Press()
+    return Press(parse_time(get(doc, tuple(spec.field.split("."))), spec.format, now=now))

@@ -117,7 +117,8 @@ def resolve(spec: IngestConfig) -> Mapping:
 def resolve_button(spec: ButtonConfig) -> Mapping:
     """The mapping of a privacy button (topics and value path only)."""
     routes, _, _ = _routes(spec)
-    mapping = Mapping(preset=spec.preset or "custom", routes=routes, path=path_of(spec.field), match=_match(spec))
+    mapping = Mapping(preset=spec.preset or "custom", routes=routes, path=path_of(spec.field), match=_match(spec),
+                      timestamp=spec.timestamp)
     _check_filters(mapping.filters())
     return mapping
 

@@ -16,6 +16,10 @@ exactly like a rejected frame (redacted with probability 1, occupies its step, c
   availability is not used (there is no tick to make unknown). The privacy button marks the newest
   step (``{"private": "now"}``).
 
+The privacy button is read on the daemon's persistent input session, not with the sensor's
+messages (a press sent while the daemon is away waits at the broker): :meth:`IngestHub.presses`
+routes its messages, and the daemon places each press (stream/vouch.py).
+
 :class:`IngestHub` holds the ingest streams of a daemon: the topic filters to subscribe to, the
 routing of a message to every stream it concerns, the grid tasks and the status.
 """
@@ -32,7 +36,7 @@ from typing import Any
 from ..config import Settings, StreamConfig
 from ..stream.records import Rejection
 from .grid import Clock, Sleep, run_grid
-from .mapping import Extractor, Mapping, Reading, Unreadable, pressed
+from .mapping import Extractor, Mapping, Press, Reading, Unreadable, pressed
 from .presets import resolve, resolve_button
 from .recorder import StepRecorder
 from .resampler import Resampler, Sample
@@ -75,22 +79,36 @@ class IngestStream:
         self.missed_ticks = 0
 
     def filters(self) -> list[str]:
-        out = self.mapping.filters()
-        if self.button is not None:
-            out += self.button.filters()
-        return out
+        """The sensor's topic filters (readings and availability; not the button's)."""
+        return self.mapping.filters()
+
+    def button_filters(self) -> list[str]:
+        """The privacy button's topic filters (none without a button)."""
+        return [] if self.button is None else self.button.filters()
 
     # -- messages -----------------------------------------------------------------------------
-    def on_message(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, StepInput]]:
-        """Apply one message; returns what goes to the runtime now, as ("frame", input) or
-        ("command", bytes) — nothing for a resampled stream, whose steps come from :meth:`tick`."""
-        out: list[tuple[str, StepInput]] = []
-        if self.button is not None and not retain and pressed(self.button, self.presses, topic, payload):
+    def press(self, topic: str, payload: bytes, *, retain: bool, now: float) -> Press | None:
+        """The press of this stream's privacy button in one message (a retained message never is)."""
+        if self.button is None or retain:
+            return None
+        p = pressed(self.button, self.presses, topic, payload, now=now)
+        if p is not None:
             self.messages += 1
-            if self.resampler is not None:
-                self.resampler.press(now)
-            else:
-                out.append(("command", NOW_COMMAND))
+        return p
+
+    def press_received(self, now: float) -> bytes | None:
+        """A press placed by when it was received (``now``): it marks the step of the next tick —
+        the step that holds the reading of that moment — or, for a periodic stream, the newest step
+        (the command that does so is returned, for the runtime)."""
+        if self.resampler is None:
+            return NOW_COMMAND
+        self.resampler.press(now)
+        return None
+
+    def on_message(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, StepInput]]:
+        """Apply one sensor message; returns what goes to the runtime now, as ("frame", input) —
+        nothing for a resampled stream, whose steps come from :meth:`tick`."""
+        out: list[tuple[str, StepInput]] = []
         online = self.extractor.availability(topic, payload)
         if online is not None:
             self.messages += 1
@@ -140,7 +158,8 @@ class IngestStream:
         Nothing counted per raw message is published: the count of an on-change sensor's messages,
         refreshed with the status every few seconds, would tell when its value changed (notes/
         sensor-ecosystem.md §4); those counts are in :meth:`local_counters`, for the log."""
-        doc: dict[str, Any] = {"preset": self.mapping.preset, "topics": self.filters()}
+        doc: dict[str, Any] = {"preset": self.mapping.preset,
+                               "topics": list(dict.fromkeys(self.filters() + self.button_filters()))}
         if self.resampler is not None:
             doc["timing"] = (f"resampled: one step per {self.cfg.sample_period:g} s tick of the wall-clock grid, "
                              "stamped with the tick (publish times depend on the grid only)")
@@ -187,14 +206,24 @@ class IngestHub:
         self.routed = 0
 
     def filters(self) -> list[str]:
-        """Every topic filter to subscribe to, each once."""
+        """Every sensor topic filter to subscribe to (the control connection), each once."""
         return list(dict.fromkeys(f for s in self.streams.values() for f in s.filters()))
 
+    def button_filters(self) -> list[str]:
+        """Every privacy button's topic filter (the persistent input session), each once."""
+        return list(dict.fromkeys(f for s in self.streams.values() for f in s.button_filters()))
+
     def route(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, str, StepInput]]:
-        """(stream, "frame"|"command", input) for everything one message makes at once."""
+        """(stream, "frame", input) for everything one sensor message makes at once."""
         self.routed += 1
         return [(name, kind, data) for name, s in self.streams.items()
                 for kind, data in s.on_message(topic, payload, retain=retain, now=now)]
+
+    def presses(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, Press]]:
+        """(stream, press) for every privacy button pressed in one message (input session)."""
+        self.routed += 1
+        return [(name, p) for name, s in self.streams.items()
+                if (p := s.press(topic, payload, retain=retain, now=now)) is not None]
 
     def grid_tasks(self, feed: Callable[[str, StepInput, float], Awaitable[None]]) -> list[Coroutine[Any, Any, None]]:
         """One grid task per resampled stream; ``feed(stream, input, now)`` takes each step."""

@@ -6,9 +6,12 @@ Tasks (DESIGN.md §6):
   retained ``<base>/<device>/status`` (``online``; its will is ``offline``) and each stream's
   retained ``<base>/<device>/<stream>/privacy``.
 - **input**: a connection (``<client id>-in``) with a persistent session, subscribed to each
-  stream's command topic ``…/<stream>/cmd`` and, for ``source = "mqtt"`` streams (without ``ingest``), its raw topic
-  ``…/<stream>/raw``: QoS 1 frames published while it is away (a broker or daemon restart) wait at
-  the broker, and a frame is acknowledged only once handled (back-pressure; stream/transport.py).
+  stream's command topic ``…/<stream>/cmd``, each mapped sensor's privacy button and, for ``source =
+  "mqtt"`` streams (without ``ingest``), its raw topic ``…/<stream>/raw``: QoS 1 frames (and, with
+  the broker's ``queue_qos0_messages``, QoS 0 presses) published while it is away (a broker or
+  daemon restart) wait at the broker, and a frame is acknowledged only once handled (back-pressure;
+  stream/transport.py). While a button cannot be heard, the steps it might mark are held and, unless
+  the broker kept the session, decided as private (stream/vouch.py).
 - **publisher**: a third connection (``<client id>-pub``) draining the outbox in order, QoS 1.
 - **sources**: stdin (JSON lines) and in-process simulated devices feed frames like MQTT does.
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
@@ -60,6 +63,7 @@ from typing import Any
 
 from ..config import Settings
 from ..ingest.stream import IngestHub, StepInput
+from ..ingest.topics import matches
 from ..ledger.events import AggregateEvent, DriftEvent, Event
 from ..ledger.odometer import OdometerCache
 from ..ledger.store import BudgetExceeded, Ledger
@@ -70,6 +74,7 @@ from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox, Row
 from .privatizer import Mark
 from .records import Rejection
 from .publisher import Publisher
+from .redaction_runtime import RedactionRuntime
 from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
 from ..redaction.plan_cache import PlanCache, beside
@@ -78,6 +83,7 @@ from .disk import is_disk_full
 from .metrics import textfile_loop
 from .systemd import Notifier
 from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
+from .vouch import ButtonHearing
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +179,12 @@ class Daemon:
         self._control: MqttTransport | None = None
         self._input: MqttTransport | None = None
         self._inputs_ready = asyncio.Event()
+        #: The sentinel the input connection waits for before its buttons count as heard (its token,
+        #: and the future the consumer resolves when the sentinel comes back): :meth:`_buttons_heard`.
+        self._sentinel: tuple[bytes, asyncio.Future[None]] | None = None
+        self._sentinels = 0
+        #: Each redaction stream's privacy button as the daemon hears it (stream/vouch.py).
+        self.hearings: dict[str, ButtonHearing] = {}
         self._discovery: Discovery | None = None  # Home Assistant discovery (stream/hass.py)
         self._status_dirty = asyncio.Event()
         self._status_urgent: set[str] = set()  # streams whose status must be refreshed at once
@@ -514,8 +526,9 @@ class Daemon:
 
     async def _input_session(self, t: Transport) -> None:
         """The input connection (persistent session, stream/transport.py: Sessions): each stream's
-        command topic and, for ``source = "mqtt"`` without ``ingest``, its raw topic. A message is
-        acknowledged once handled, so a stalled intake stops the broker instead of filling memory."""
+        command topic, each mapped sensor's privacy button and, for ``source = "mqtt"`` without
+        ``ingest``, its raw topic. A message is acknowledged once handled, so a stalled intake stops
+        the broker instead of filling memory."""
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
             routes[rt.command_topic()] = (rt.name, True)
@@ -527,7 +540,8 @@ class Daemon:
         # full (transport.py, Bounds) — the SUBACKs behind those messages never came, and with
         # 1,000 streams a restart never got past subscribing.
         consuming = asyncio.create_task(self._consume_inputs(t, routes), name="input-consume")
-        subscribing = asyncio.create_task(self._subscribe_inputs(t, list(routes)), name="input-subscribe")
+        buttons = [*self.ingest.button_filters(), self.settings.topic("sentinel")] if self.hearings else []
+        subscribing = asyncio.create_task(self._subscribe_inputs(t, [*routes, *buttons]), name="input-subscribe")
         try:
             await asyncio.wait([consuming, subscribing], return_when=asyncio.FIRST_EXCEPTION)
             if subscribing.done():
@@ -537,6 +551,9 @@ class Daemon:
             for task in (subscribing, consuming):
                 task.cancel()
             await asyncio.gather(subscribing, consuming, return_exceptions=True)
+            now = self.ingest.clock()
+            for hearing in self.hearings.values():
+                hearing.lost(now)
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
                             "them again to the next session", held)
@@ -557,14 +574,43 @@ class Daemon:
         except* TransportError as failed:  # the first one stands for all: the session is lost
             raise failed.exceptions[0] from None
         self._inputs_ready.set()
+        if self.hearings:
+            await self._buttons_heard(t)
+
+    async def _buttons_heard(self, t: Transport) -> None:
+        """Every subscription is confirmed: publish a sentinel to ``<base>/<device>/sentinel``, which
+        this session subscribes to, and once it comes back — after everything the broker had queued
+        for the session, presses included, since it delivers a session's messages in order — the
+        buttons are heard; the steps taken meanwhile are vouched for if the broker kept the session,
+        else decided private (stream/vouch.py)."""
+        self._sentinels += 1
+        token = f"{self.instance}/{self._sentinels}".encode()
+        back = asyncio.get_running_loop().create_future()
+        self._sentinel = (token, back)
+        await t.publish(self.settings.topic("sentinel"), token, qos=1)
+        await back
+        kept = isinstance(t, MqttTransport) and t.session_present
+        for name, hearing in self.hearings.items():
+            await self._unvouched(name, hearing.confirmed(kept))
 
     async def _consume_inputs(self, t: Transport, routes: dict[str, tuple[str, bool]]) -> None:
+        buttons = self.ingest.button_filters()
+        sentinel = self.settings.topic("sentinel")
         async for group in t.message_groups():  # what queued up while the last group was handled
             frames: list[bytes] = []  # consecutive raw frames of one stream, taken together
             name = ""
             for msg in group:
                 route = routes.get(msg.topic)
                 if route is None:
+                    if msg.topic != sentinel and not (buttons and any(matches(f, msg.topic) for f in buttons)):
+                        continue
+                    if frames:  # (a press, or the sentinel, keeps its place)
+                        await self.handle_frame(name, frames)
+                        frames = []
+                    if msg.topic != sentinel:
+                        await self._button_message(msg)
+                    elif self._sentinel is not None and msg.payload == self._sentinel[0] and not self._sentinel[1].done():
+                        self._sentinel[1].set_result(None)  # everything before it is handled
                     continue
                 if frames and (route[1] or route[0] != name):  # (commands keep their place)
                     await self.handle_frame(name, frames)
@@ -576,6 +622,47 @@ class Daemon:
                     frames.append(msg.payload)
             if frames:
                 await self.handle_frame(name, frames)
+
+    async def _button_message(self, msg: Message) -> None:
+        """A message on a privacy button's topic: each press is placed (stream/vouch.py) — at the
+        step of its own time, or by when it was received (the next tick; for a periodic stream the
+        newest step); one received while the button is not heard also marks every unheard step."""
+        now = self.ingest.clock()
+        for name, press in self.ingest.presses(msg.topic, msg.payload, retain=msg.retain, now=now):
+            self.stats.commands += 1
+            hearing = self.hearings.get(name)
+            placed = False
+            if hearing is not None:
+                placed, marks = hearing.press(press)
+                await self._unvouched(name, marks)
+            if not placed and (command := self.ingest.streams[name].press_received(now)) is not None:
+                await self.handle_command(name, command)
+
+    async def _ingest_step(self, stream: str, data: StepInput, now: float) -> None:
+        """A resampled stream's step (the grid): taken, and, while its privacy button is not heard,
+        held or marked (stream/vouch.py)."""
+        hearing = self.hearings.get(stream)
+        if hearing is None:
+            await self.handle_frame(stream, data, now)
+            return
+        core = hearing.core
+        first = core.next_phys
+        await self.handle_frame(stream, data, now)
+        await self._unvouched(stream, hearing.taken(range(first, core.next_phys), now))
+
+    async def _unvouched(self, stream: str, marks: list[Mark]) -> None:
+        """Store the marks a :class:`ButtonHearing` made (their ledger events go with them), and say
+        once which steps were decided as private for want of hearing the button."""
+        if marks:
+            self._say_unvouched(stream, marks)
+            await self._store(self.runtimes[stream], [])
+
+    @staticmethod
+    def _say_unvouched(stream: str, marks: list[Mark]) -> None:
+        unvouched = [m for m in marks if m.source == "unvouched"]
+        if unvouched:
+            log.warning("stream %s: %d step(s) at positions %d–%d decided as private: %s", stream, len(unvouched),
+                        min(m.phys for m in unvouched), max(m.phys for m in unvouched), unvouched[-1].reason)
 
     async def _ingest_message(self, msg: Message) -> None:
         """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
@@ -693,6 +780,8 @@ class Daemon:
         ingest = self.ingest.status(rt.name)
         if ingest is not None:
             status["ingest"] = ingest
+            if (hearing := self.hearings.get(rt.name)) is not None:
+                ingest["button"] = hearing.status()
         if rt.aggregates is not None:
             status["aggregates"] = rt.aggregates.status()
         status["ledger"] = ledger
@@ -738,6 +827,8 @@ class Daemon:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
             now = time.time()
+            for name, hearing in self.hearings.items():
+                await self._unvouched(name, hearing.expire(self.ingest.clock()))
             for rt in self.runtimes.values():
                 released = rt.tick(now)
                 if released:
@@ -804,6 +895,10 @@ class Daemon:
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
         s = self.settings
         await self._restore(box)
+        for name, ing in self.ingest.streams.items():
+            rt = self.runtimes.get(name)
+            if ing.button is not None and ing.resampler is not None and isinstance(rt, RedactionRuntime):
+                self.hearings[name] = ButtonHearing(rt.core, rt.steps, ing.resampler.period, now=self.ingest.clock())
         self._discovery = Discovery(s, self.runtimes.values())
         self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish, backoff=PROMPT)
         self._control = self._transport("", will=True)
@@ -817,7 +912,7 @@ class Daemon:
                    asyncio.create_task(self._ticker(), name="ticker")]
         sources = [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
         workers += sources
-        workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self.handle_frame)]
+        workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self._ingest_step)]
         stopping = asyncio.create_task(stop.wait())
         watchdog = asyncio.create_task(self.systemd.watchdog(), name="watchdog")  # (until the very end)
         m = s.metrics
@@ -849,6 +944,8 @@ class Daemon:
         # 1. stop intake  2. decide what is pending  3. store it  4. drain  5. offline  6. disconnect
         await _stop_tasks([*workers, stopping], TASK_STOP_TIMEOUT)
         self._closing = True
+        for name, hearing in self.hearings.items():
+            self._say_unvouched(name, hearing.close())  # (stored with the drained records)
         for rt in self.runtimes.values():
             if self._enqueue(rt, rt.drain()):
                 self._queued.set()

@@ -54,7 +54,8 @@ from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
 from ..sampling import REDACTED, BitSource, apply_redaction, thresholds
 
-MARK_SOURCES = ("flag", "command", "schedule")
+#: "unvouched": a step whose privacy button the daemon could not hear, decided as private (stream/vouch.py).
+MARK_SOURCES = ("flag", "command", "schedule", "unvouched")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
 #: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a
@@ -267,6 +268,9 @@ class StreamPrivatizer:
     #: — the drift guard. It may call :meth:`fail_closed`; the records of the same decision that
     #: follow are then settled as if decided after it (:meth:`_decide`).
     observer: Callable[[int, int | None, tuple[float, ...]], None] | None = None
+    #: While set, nothing is decided (neither by ``delay`` nor by ``max_hold``): the owner cannot yet
+    #: tell whether a step is private (stream/vouch.py); what is due is decided once it is cleared.
+    held: bool = False
 
     def __post_init__(self) -> None:
         if self.delay is None:
@@ -343,6 +347,8 @@ class StreamPrivatizer:
         return self._decide_due()
 
     def _decide_due(self) -> list[Release]:
+        if self.held:
+            return []
         count = 0
         newest = self.next_phys - 1
         for p in self._pending:
@@ -354,7 +360,7 @@ class StreamPrivatizer:
 
     def expire(self, now: float) -> list[Release]:
         """Decide records held longer than ``max_hold`` seconds (their right marks may come late)."""
-        if self.max_hold is None:
+        if self.max_hold is None or self.held:
             return []
         count = 0
         for p in self._pending:
