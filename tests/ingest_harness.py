@@ -104,10 +104,11 @@ class Rig:
 
     async def send(self, topic: str, payload: bytes | str, *, retain: bool = False) -> None:
         """Publish (QoS 1, in order) and wait until the daemon has routed it (if it subscribed to it).
-        The fence holds because the daemon reads one connection in order."""
+        The fence holds because the daemon reads each connection in order (and counts what it
+        routed on both: a sensor's messages, a button's)."""
         data = payload.encode() if isinstance(payload, str) else payload
         await self.producer.publish(topic, data, qos=1, retain=retain)
-        if not any(matches(f, topic) for f in self.hub.filters()):
+        if not any(matches(f, topic) for f in self.hub.filters() + self.hub.button_filters()):
             return  # not subscribed: the daemon never sees it
         self.published += 1
         n = self.published
