@@ -41,7 +41,8 @@ Values of X_p of probability 0 (docs/initial-law.md): a law of the first record 
 Pr(X_p = a) = 0 (a sensor that boots in a known state, a transition matrix with zeros). Bayes' rule
 then gives no law of the left records given X_p = a, and every version of it is a conditional
 probability; we take the worst. A left side with more than one possible output therefore leaks
-without bound about a (L[a, b] = L[b, a] = +∞ for every b), and one with a single possible output
+without bound about a (L[b, a] = +∞ for some b; both orders are set to +∞, the maximum is the same
+— docs/initial-law.md), and one with a single possible output
 (e.g. every row 1 at every value its record can take, back to the first record: ⊥…⊥) has ratio 1,
 L = 0 for every pair. With a set of laws this applies to every value that some law of the set
 makes impossible, and the output must be the same one under every law. (The right
@@ -57,6 +58,7 @@ from numpy.typing import NDArray
 
 from .._jit import kernel
 from ..chain import stationary_distribution
+from ..redaction.side import MIN_SIDE_BUDGET
 
 
 def laws_at_distance(P: NDArray[np.float64], d: int, initial: NDArray[np.float64] | None) -> NDArray[np.float64]:
@@ -333,6 +335,66 @@ def exceeds_left_budget(leak: float, budget: float) -> bool:
     return leak > budget * (1 + 1e-12) + 1e-15
 
 
+def plan_left_worst(P: NDArray[np.float64], left_rows: NDArray[np.float64], p: int,
+                    initial: NDArray[np.float64] | None = None) -> float:
+    """The worst-case left leakage, over the laws of the first record (any, unless ``initial``
+    states it), of a plan's ``left_rows`` (by distance 1..H) for a mark at 0-based position ``p``
+    from that record: the window reaches the first record when p ≤ H, else the record p − H − 1
+    stands in released, at distance p − H − 1 from the start. For p ≥ H + 1 it is non-increasing in
+    p: only the set of the stand-in's laws changes, and those sets are nested (audit/start.py,
+    laws_at_distance)."""
+    H = left_rows.shape[0]
+    m = min(H, p)
+    reaches = m == p
+    kern = np.broadcast_to(P, (m if reaches else m + 1, *P.shape)).copy()
+    if reaches:
+        laws = np.eye(P.shape[0]) if initial is None else np.asarray(initial, dtype=np.float64)[None]
+    else:
+        laws = laws_at_distance(P, p - m - 1, initial)
+    return float(left_pairs(kern, left_rows[:m], laws, reaches_start=reaches).max())
+
+
+#: The most records :func:`start_hold` holds at the start (and after a restart).
+MAX_START_HOLD = 1024
+
+
+def start_hold(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budget: float, epsilon: float,
+               initial: NDArray[np.float64] | None = None, *, cap: int = MAX_START_HOLD) -> int:
+    """S: from S on, a mark at 0-based position p from a stream's first record (or from the first
+    record after a restart) keeps the plan's left rows and is honoured; before it, a mark may have
+    to redact its left side back to that record (a side that releases nothing leaks nothing,
+    whatever the law). Those positions are
+
+    - p ≤ H (the window reaches the first record) where the plan's rows exceed the left budget for
+      some law of that record (:func:`exceeds_left_budget`), and
+    - p > H where they leave the right side less than ``MIN_SIDE_BUDGET`` of ε
+      (:func:`plan_left_worst`; between the two the right side is re-planned with what is left).
+
+    The daemon holds the records before position S − 1 until that record is decided itself, so a
+    mark made on time at any p < S still finds its left side undecided back to the first record.
+    At most ``cap``: beyond it (a chain that mixes very slowly) the exact figure decides. For
+    p ≥ H + 1 the worst case is non-increasing in p, so the last such position is found by
+    doubling and bisection."""
+    H = left_rows.shape[0]
+
+    def lost(p: int) -> bool:
+        worst = plan_left_worst(P, left_rows, p, initial)
+        return exceeds_left_budget(worst, left_budget) if p <= H else epsilon - worst < MIN_SIDE_BUDGET
+
+    last = max((p for p in range(min(H + 1, cap)) if lost(p)), default=-1)
+    if H + 1 < cap and lost(H + 1):
+        lo, hi = H + 1, H + 2  # lost(lo); look for a hi that is not
+        while hi < cap and lost(hi):
+            lo, hi = hi, min(cap, 2 * hi)
+        if hi >= cap and lost(cap):
+            return cap
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if lost(mid) else (lo, mid)
+        last = lo
+    return min(last + 1, cap)
+
+
 def start_effect(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budget: float,
                  initial: NDArray[np.float64] | None = None, *, tol: float = 1e-12) -> dict[str, float | int]:
     """How far from a stream's first record its unknown law matters to a stream plan's left side
@@ -349,14 +411,7 @@ def start_effect(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_bu
     H = left_rows.shape[0]
 
     def worst(p: int) -> float:
-        m = min(H, p)
-        reaches = m == p
-        kern = np.broadcast_to(P, (m if reaches else m + 1, *P.shape)).copy()
-        if reaches:
-            laws = np.eye(P.shape[0]) if initial is None else np.asarray(initial, dtype=np.float64)[None]
-        else:
-            laws = laws_at_distance(P, p - m - 1, initial)
-        return float(left_pairs(kern, left_rows[:m], laws, reaches_start=reaches).max())
+        return plan_left_worst(P, left_rows, p, initial)
 
     stationary = worst(10**9)  # far from the start, where every law has mixed to π
     redact = 0

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..audit import brute_force_leakage, exact_leakage
 from ..audit.brute import MAX_WORK
-from ..audit.start import start_effect
+from ..audit.start import start_effect, start_hold
 from ..budget import check_budget
 from ..chain import MarkovChain
 from ..channel import ChannelSequence
@@ -138,6 +138,7 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
     lk = sp.leakage()
     table = sp.table()
     near = start_effect(chain.matrix, sp.left.red[: sp.left_horizon], sp.left.budget, initial)
+    near["hold"] = start_hold(chain.matrix, sp.left.red[: sp.left_horizon], sp.left.budget, sp.epsilon, initial)
     if args.json:
         print(json.dumps({
             "stream": True, "epsilon": sp.epsilon, "design": sp.design,
@@ -167,9 +168,11 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
     print(f"exact leakage in an unbounded stream: {lk.total:.9f} nats (left {lk.left:.6g}, right {lk.right:.6g})")
     law = "the stated initial law" if initial is not None else "any initial law (a sensor may boot in a known state)"
     print(f"near the start, for {law}: marks at 0-based positions < {near['redact_to_start']} redact their left "
-          f"side to the start; further on the plan's left rows leak up to {near['worst_left']:.6g} nats and the "
-          f"right side gets what is left of ε; from position {near['matters_until']} on the start does not matter "
-          f"(< 1e-12 nats)")
+          f"side to the start, and so do marks at positions < {near['hold']} whose plan rows would leave the right "
+          f"side nothing (the daemon holds the records before position {max(near['hold'] - 1, 0)} until that one "
+          f"is due, so a mark made on time finds them undecided); further on the plan's left rows leak up to "
+          f"{near['worst_left']:.6g} nats and the right side gets what is left of ε; from position "
+          f"{near['matters_until']} on the start does not matter (< 1e-12 nats); the same holds after every restart")
     return 0
 
 

@@ -11,13 +11,21 @@ distance, left horizon H_ℓ, right horizon H_r):
 - **Release delay.** A record is decided (released or redacted, once, never re-drawn) when the
   newest frame is more than ``delay`` positions after it, or when it has been held ``max_hold``
   seconds. The default delay is H_ℓ, so a mark on the newest record — by its flag or by a
-  ``"now"`` command before the next frame — still finds its left neighbours undecided.
+  ``"now"`` command before the next frame — still finds its left neighbours undecided. At the
+  start of a stream and after a restart the records before position S − 1 from the first record
+  (S: the *start hold*, audit/start.py ``start_hold``) are decided only with that record, so an
+  on-time mark at p < S still finds every record back to the first one undecided.
 - **Marks** (a record's flag, a command, a schedule) make a position p private. Each undecided
   record t is redacted with probability max over marks of table[t − p] (element-wise maximum).
 - **Late marks.** If some of p's left neighbours were already decided, their actual redaction
   rows are used: the undecided left neighbours are fully redacted, the left leakage L_ℓ is
   computed exactly, and the right side is re-planned with the remaining budget ε − L_ℓ. If p itself
   was already released, or L_ℓ uses up ε, the mark is reported as *not honoured* — never hidden.
+- **The first record.** Its law is unknown (docs/initial-law.md); the first record after a restart
+  counts as one too. An on-time mark whose left records are undecided back to the first record
+  redacts them all when the plan's rows would exceed the left budget for some law (the window
+  reaches that record, p − first ≤ H_ℓ) or leave the right side less than MIN_SIDE_BUDGET (it does
+  not): a side that releases nothing leaks nothing, whatever the law.
 - **Achieved leakage.** Once every record of a mark's window is decided, the exact leakage of the
   rows actually used is computed (records outside the window are treated as released, which only
   over-states it) and reported with the mark.
@@ -46,7 +54,7 @@ from numpy.typing import NDArray
 from .._json import json_number
 from ..audit.exact import Leakage
 from ..audit.kstate import combine, right_pairs
-from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs
+from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs, start_hold
 from ..chain import MarkovChain
 from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
 from ..redaction.kplan import KStreamPlan
@@ -281,8 +289,20 @@ class StreamPrivatizer:
         self.next_phys = self.first_phys
         self.boundary = self.first_phys if self.restarted else None
         self._pending: deque[_Pending] = deque()
+        #: The chains every mark is evaluated under (worst case): the plan's, and ``members``.
+        self.k = self.plan.chain.k
+        self._chains = [_ChainPowers(c) for c in (self.plan.chain, *self.members)]
+        if self.initial is not None:
+            self.initial = np.asarray(self.initial, dtype=np.float64)
+        #: Marks at positions p < start_hold from the first record (of the stream, or after the
+        #: restart) may need their left side redacted back to it (audit/start.py, start_hold): the
+        #: records before that position are held until the record at start_hold − 1 is due.
+        rows = self.plan.left.red[: self.plan.left_horizon]
+        self.start_hold = max(start_hold(c.P, rows, self.plan.left.budget, self.plan.epsilon, self.initial)
+                              for c in self._chains)
+        self._held_until = (self.boundary or 0) + self.start_hold - 1
         span = self.plan.left_horizon + self.plan.right_horizon + 1
-        self._keep = 4 * span + self.delay + 64
+        self._keep = 4 * span + self.delay + 64 + self.start_hold
         self._rows: OrderedDict[int, tuple[float, ...]] = OrderedDict(sorted(self.decided.items()))
         self._phys_of_seq: OrderedDict[int, int] = OrderedDict()
         self._marks: list[Mark] = list(self.open_marks)
@@ -294,14 +314,9 @@ class StreamPrivatizer:
         self.last_decisions: deque[tuple[float, ...]] = deque(maxlen=self._keep)
         #: Marks created or finished since the owner last took them (to persist and report).
         self.mark_events: deque[Mark] = deque(maxlen=self._keep)
-        #: The chains every mark is evaluated under (worst case): the plan's, and ``members``.
-        self.k = self.plan.chain.k
-        self._chains = [_ChainPowers(c) for c in (self.plan.chain, *self.members)]
         self._max_gap = max(mixing_gap(c.chain) for c in self._chains)
         if self.box is not None and self.k != 2:
             raise ValueError("a box of chains is a binary model set")
-        if self.initial is not None:
-            self.initial = np.asarray(self.initial, dtype=np.float64)
         for m in self._marks:  # restored open marks: their figure under the rows known now
             m.leakage = self._committed(m)
 
@@ -347,12 +362,14 @@ class StreamPrivatizer:
         return self._decide_due()
 
     def _decide_due(self) -> list[Release]:
+        """A record is due when the newest is more than ``delay`` steps after it; a record held at
+        the start (before position start_hold − 1 from the first record) when that record is due."""
         if self.held:
             return []
         count = 0
         newest = self.next_phys - 1
         for p in self._pending:
-            if newest - p.phys > self.delay:  # type: ignore[operator]
+            if newest - max(p.phys, self._held_until) > self.delay:  # type: ignore[operator]
                 count += 1
             else:
                 break
@@ -463,11 +480,18 @@ class StreamPrivatizer:
         pending_left = np.ones((n_pending, self.k)) if late else self.plan.left.red[:n_pending]
         mark = Mark(s, p, source, pending_left, self.plan.right.red[:Hr], late=late, left_reach=width, ts=ts)
         l_leak = self._left_leakage(mark)
-        if not late and width == p and exceeds_left_budget(l_leak, self.plan.left.budget):
-            # the window reaches the stream's first record, whose law is unknown (a sensor may boot
-            # in a known state, notes: DESIGN.md §3): redact the left side to the start fully — a
-            # left side that releases nothing leaks nothing, whatever the initial law
-            mark.left = np.ones((n_pending, self.k))
+        first = self.boundary if self.boundary is not None and p >= self.boundary else 0
+        if not late and oldest_pending <= first < p and (
+                exceeds_left_budget(l_leak, self.plan.left.budget) if p - first <= H
+                else eps - l_leak < MIN_SIDE_BUDGET):
+            # every record back to the first one — of the stream, or after the restart — is still
+            # undecided, and the law of that record is unknown (a sensor may boot in a known state,
+            # DESIGN.md §3; docs/initial-law.md); the plan's rows exceed the left budget for some law
+            # (a window that reaches that record) or leave the right side nothing (one that does not):
+            # redact the left side back to it fully — a side that releases nothing leaks nothing,
+            # whatever the law (audit/start.py, start_hold: the records there are held for this)
+            mark.left = np.ones((p - first, self.k))
+            mark.left_reach = p - first
             l_leak = self._left_leakage(mark)
         budget = eps - l_leak
         if late:

@@ -34,10 +34,11 @@ from .runtime import FRESH, Resume, StreamRuntime
 log = logging.getLogger(__name__)
 
 #: A batch is decided in chunks of at most this many elements (one kernel call each). The core
-#: keeps the rows (and decisions) of its last 4·span + delay + 64 positions, span = H_ℓ + H_r + 1;
-#: one call decides at most DECIDE_EVERY + delay records, and the windows of the marks it finishes
-#: reach at most span beyond them on either side: DECIDE_EVERY + delay + 2·span ≤ 4·span + delay +
-#: 64 holds for every span ≥ 0, so all of it is still in memory. (Slots skipped under a sample
+#: keeps the rows (and decisions) of its last 4·span + delay + 64 + S positions, span = H_ℓ + H_r + 1,
+#: S its start hold (records held at the start and after a restart, privatizer.start_hold);
+#: one call decides at most DECIDE_EVERY + delay + S records, and the windows of the marks it
+#: finishes reach at most span beyond them on either side: DECIDE_EVERY + delay + S + 2·span ≤
+#: 4·span + delay + 64 + S holds for every span ≥ 0, so all of it is still in memory. (Slots skipped under a sample
 #: period add positions to a call; a row no longer in memory then counts as released in a mark's
 #: exact evaluation — privatizer._window_rows — which can only overstate its leakage.)
 DECIDE_EVERY = 64
