@@ -11,7 +11,10 @@ arrived; the tick times, and so every later decision and publish time, depend on
 A step is *unknown* — treated like a rejected frame: redacted with probability 1, it occupies its
 step, it is counted by reason, never guessed — when
 
-- ``no-reading``: nothing was received yet (since start-up, or since the device went offline);
+- ``no-reading``: nothing was received yet (since start-up, or since the device went offline). With
+  a declared ``heartbeat`` the wait (from start-up, back online, reconnected) ends exactly
+  ``heartbeat`` later — by then a device that keeps it has reported — never at a message: on an
+  on-change source the first message is a change, and a wait ending with it would date it;
 - ``offline``: the availability topic says offline (or sends a payload that is neither online nor
   offline: fail closed). A device that comes back needs a fresh reading: the held one may have
   changed while it was away;
@@ -99,6 +102,9 @@ class Resampler:
         self._heard: float | None = None
         #: Set once the declared heartbeat was missed: the stream stays unknown for the run.
         self.silent: float | None = None
+        #: With a heartbeat: no step is known before this time (the current wait's start + heartbeat).
+        self._wait_end: float | None = None
+        self._started = False
         self.counters = ResamplerCounters()
         self._held: Reading | None = None
         self._online = True  # until the availability topic says otherwise (it may never speak)
@@ -148,11 +154,14 @@ class Resampler:
             self._connected = obs.connected
             self._held = None  # what was held may have changed unseen: only a fresh reading counts
             self._heard = obs.recv
+            if obs.connected:
+                self._wait(obs.recv)
         if obs.online is not None:
             if not obs.online:
                 self._held = None  # when it comes back, only a fresh reading counts
             elif not self._online:
                 self._heard = obs.recv
+                self._wait(obs.recv)
             self._online = obs.online
         r = obs.reading
         if r is not None:
@@ -164,6 +173,11 @@ class Resampler:
             else:
                 self._held = r
 
+    def _wait(self, since: float) -> None:
+        """A wait for a fresh reading begins (module docstring, ``no-reading``)."""
+        if self.heartbeat is not None:
+            self._wait_end = since + self.heartbeat
+
     # -- one tick ------------------------------------------------------------------------------
     def sample(self, g: float) -> Sample:
         """The step at grid time ``g`` (ticks come in increasing order)."""
@@ -171,8 +185,10 @@ class Resampler:
             self._apply(self._pending.popleft())
         private, self._press = self._press, False
         held = self._held
-        if self._heard is None:
-            self._heard = g
+        if not self._started:
+            self._started = True
+            self._heard = g if self._heard is None else self._heard
+            self._wait(g)
         if self.silent is None and self.heartbeat is not None and self._connected and self._online \
                 and g - self._heard > self.heartbeat:
             self.silent = g
@@ -182,7 +198,7 @@ class Resampler:
             reason = "disconnected"
         elif not self._online:
             reason = "offline"
-        elif held is None:
+        elif held is None or (self._wait_end is not None and g < self._wait_end):
             reason = "no-reading"
         elif self.stale_after is not None and g - held.ts > self.stale_after:
             reason = "stale"
