@@ -134,6 +134,8 @@ OFFLINE_RESERVE = 3.0
 TASK_STOP_TIMEOUT = 2.0
 #: Seconds to wait for the retained status (the takeover check) before going ``online``.
 CLAIM_WAIT = 1.0
+#: Seconds after which a sentinel that has not come back is reported (the wait goes on).
+SENTINEL_WAIT = 10.0
 
 FrameSource = Callable[[], AsyncIterator[tuple[str, bytes]]]
 
@@ -183,6 +185,9 @@ class Daemon:
         #: and the future the consumer resolves when the sentinel comes back): :meth:`_buttons_heard`.
         self._sentinel: tuple[bytes, asyncio.Future[None]] | None = None
         self._sentinels = 0
+        #: Per stream, the reason last logged for steps decided as private unvouched (one line per
+        #: episode of not hearing its button, not one per step).
+        self._unvouched_said: dict[str, str | None] = {}
         #: Each redaction stream's privacy button as the daemon hears it (stream/vouch.py).
         self.hearings: dict[str, ButtonHearing] = {}
         self._discovery: Discovery | None = None  # Home Assistant discovery (stream/hass.py)
@@ -587,11 +592,20 @@ class Daemon:
         token = f"{self.instance}/{self._sentinels}".encode()
         back = asyncio.get_running_loop().create_future()
         self._sentinel = (token, back)
-        await t.publish(self.settings.topic("sentinel"), token, qos=1)
-        await back
+        topic = self.settings.topic("sentinel")
+        await t.publish(topic, token, qos=1)
+        try:
+            async with asyncio.timeout(SENTINEL_WAIT):
+                await asyncio.shield(back)
+        except TimeoutError:
+            log.error("the sentinel published on %s did not come back within %g s: the privacy buttons are not "
+                      "heard (their steps are held, then decided as private); does the broker's ACL let this "
+                      "client read and write it?", topic, SENTINEL_WAIT)
+            await back
         kept = isinstance(t, MqttTransport) and t.session_present
         for name, hearing in self.hearings.items():
             await self._unvouched(name, hearing.confirmed(kept))
+            self._unvouched_said.pop(name, None)
 
     async def _consume_inputs(self, t: Transport, routes: dict[str, tuple[str, bool]]) -> None:
         buttons = self.ingest.button_filters()
@@ -657,10 +671,11 @@ class Daemon:
             self._say_unvouched(stream, marks)
             await self._store(self.runtimes[stream], [])
 
-    @staticmethod
-    def _say_unvouched(stream: str, marks: list[Mark]) -> None:
+    def _say_unvouched(self, stream: str, marks: list[Mark]) -> None:
+        """One WARNING per stream and reason while its button is not heard (not one per step)."""
         unvouched = [m for m in marks if m.source == "unvouched"]
-        if unvouched:
+        if unvouched and self._unvouched_said.get(stream, "") != unvouched[-1].reason:
+            self._unvouched_said[stream] = unvouched[-1].reason
             log.warning("stream %s: %d step(s) at positions %d–%d decided as private: %s", stream, len(unvouched),
                         min(m.phys for m in unvouched), max(m.phys for m in unvouched), unvouched[-1].reason)
 
