@@ -102,7 +102,7 @@ class LeftCase:
     rows: NDArray[np.float64]
     kinds: tuple[Kind, ...]
     reaches: bool
-    initial: tuple[float, float] | None  # law of the first record when reaching (None: any)
+    initial: tuple[float, ...] | None  # law of the first record when reaching (None: any; k entries)
     distance: int  # not reaching: the stand-in lies ≥ this many steps after a start with any law
 
 

@@ -122,10 +122,11 @@ def _unbounded(out):  # pragma: no cover - compiled
 
 
 @kernel
-def _right_event(rlo, rhi, rows, d, x, out, verts):  # pragma: no cover - compiled
+def _right_event(klo, khi, rows, d, x, out, verts):  # pragma: no cover - compiled
     """Bound the right side's ratios of the event "first release at distance d (1-based) with value
-    x" (x = −1: the all-redacted output of a side that ends at distance d) into ``out`` (max)."""
-    k = rlo.shape[0]
+    x" (x = −1: the all-redacted output of a side that ends at distance d) into ``out`` (max);
+    ``klo[j − 1]``/``khi[j − 1]``: the row-wise set of step j's kernel (distance j − 1 to j)."""
+    k = klo.shape[1]
     lo = np.zeros(k)
     hi = np.zeros(k)
     u = np.empty(k)
@@ -158,8 +159,8 @@ def _right_event(rlo, rhi, rows, d, x, out, verts):  # pragma: no cover - compil
                 continue  # a zero generator adds nothing to the cone of directions
             order = np.argsort(u)
             for s in range(k):
-                amax[s] = _lp(rlo[s], rhi[s], u, order, True)
-                amin[s] = _lp(rlo[s], rhi[s], u, order, False)
+                amax[s] = _lp(klo[j - 1, s], khi[j - 1, s], u, order, True)
+                amin[s] = _lp(klo[j - 1, s], khi[j - 1, s], u, order, False)
             if j == 1:
                 for a in range(k):
                     if amax[a] <= 0.0:
@@ -195,11 +196,26 @@ def _right_event(rlo, rhi, rows, d, x, out, verts):  # pragma: no cover - compil
         j -= 1
 
 
-@kernel
-def right_bounds(rlo, rhi, rows, ends):  # pragma: no cover - compiled
+def right_bounds(rlo: NDArray[np.float64], rhi: NDArray[np.float64], rows: NDArray[np.float64],
+                 ends: bool) -> NDArray[np.float64]:
     """(k, k) upper bounds on R[a, b] (audit/kstate.py) over the relaxed set for the right rows
     ``rows`` (m, k) at distances 1..m. ``ends``: the side ends at distance m (a finite chain: the
     all-redacted output exists); otherwise the caller has appended a released row of zeros."""
+    klo, khi = _steps(rlo, rhi, rows.shape[0])
+    return right_bounds_steps(klo, khi, rows, ends)
+
+
+def _steps(rlo: NDArray[np.float64], rhi: NDArray[np.float64], n: int) -> tuple[NDArray[np.float64], ...]:
+    """The same row-wise set for each of ``n`` steps (at least one), as the ``*_steps`` kernels take them."""
+    n = max(n, 1)
+    return (np.ascontiguousarray(np.broadcast_to(rlo, (n, *rlo.shape))),
+            np.ascontiguousarray(np.broadcast_to(rhi, (n, *rhi.shape))))
+
+
+@kernel
+def right_bounds_steps(klo, khi, rows, ends):  # pragma: no cover - compiled
+    """:func:`right_bounds` with a row-wise set per step: ``klo[j − 1]``, ``khi[j − 1]`` hold step
+    j's kernel (distance j − 1 to j; P^n across a restart gap), (m, k, k)."""
     m = rows.shape[0]
     k = rows.shape[1]
     out = np.empty((k, k))
@@ -210,17 +226,18 @@ def right_bounds(rlo, rhi, rows, ends):  # pragma: no cover - compiled
     for d in range(1, m + 1):
         for x in range(k):
             if rows[d - 1, x] < 1.0:
-                _right_event(rlo, rhi, rows, d, x, out, verts)
+                _right_event(klo, khi, rows, d, x, out, verts)
     if ends and m > 0:
-        _right_event(rlo, rhi, rows, m, -1, out, verts)
+        _right_event(klo, khi, rows, m, -1, out, verts)
     return out
 
 
 @kernel
-def _left_event(rlo, rhi, colorder_hi, colorder_lo, rows, j0, x, out, verts):  # pragma: no cover - compiled
+def _left_event(klo, khi, rows, j0, x, out, verts):  # pragma: no cover - compiled
     """Bound log g(a)/g(b) (without the law factor) of the left event "first release (nearest p)
-    at distance j0 with value x" into ``out`` (max)."""
-    k = rlo.shape[0]
+    at distance j0 with value x" into ``out`` (max); ``klo[j − 1]``/``khi[j − 1]``: the row-wise
+    set of step j's kernel (X_{p−j} to X_{p−j+1})."""
+    k = klo.shape[1]
     lo = np.zeros(k)
     hi = np.zeros(k)
     lo[x] = 1.0
@@ -233,11 +250,11 @@ def _left_event(rlo, rhi, colorder_hi, colorder_lo, rows, j0, x, out, verts):  #
         nhi = np.empty(k)
         for t in range(k):
             for s in range(k):
-                col[s] = rhi[s, t]
-            nhi[t] = min(1.0, _lp(lo, hi, col, colorder_hi[t], True))
+                col[s] = khi[j - 1, s, t]
+            nhi[t] = min(1.0, _lp(lo, hi, col, np.argsort(col), True))
             for s in range(k):
-                col[s] = rlo[s, t]
-            nlo[t] = max(0.0, _lp(lo, hi, col, colorder_lo[t], False))
+                col[s] = klo[j - 1, s, t]
+            nlo[t] = max(0.0, _lp(lo, hi, col, np.argsort(col), False))
         _widen(nlo, nhi)
         # g ← r_{j−1} ∘ g, normalised: linear-fractional, extremes at the vertices
         n = _vertices(nlo, nhi, verts)
@@ -272,7 +289,7 @@ def _left_event(rlo, rhi, colorder_hi, colorder_lo, rows, j0, x, out, verts):  #
         for a in range(k):
             num = 0.0
             for s in range(k):
-                num += verts[v, s] * rhi[s, a]
+                num += verts[v, s] * khi[0, s, a]
             if num <= 0.0:
                 continue
             for b in range(k):
@@ -280,17 +297,26 @@ def _left_event(rlo, rhi, colorder_hi, colorder_lo, rows, j0, x, out, verts):  #
                     continue
                 den = 0.0
                 for s in range(k):
-                    den += verts[v, s] * rlo[s, b]
+                    den += verts[v, s] * klo[0, s, b]
                 val = np.inf if den <= 0.0 else np.log(num) - np.log(den)
                 if val > out[a, b]:
                     out[a, b] = val
 
 
-@kernel
-def left_bounds(rlo, rhi, rows):  # pragma: no cover - compiled
+def left_bounds(rlo: NDArray[np.float64], rhi: NDArray[np.float64], rows: NDArray[np.float64]) -> NDArray[np.float64]:
     """(k, k) upper bounds on max over left events of log g(a)/g(b) for the left rows ``rows``
     (m, k) at distances 1..m of a stream side (a released stand-in at distance m + 1); add the
     law factor log π_b/π_a (:func:`law_ratio_bounds`) for L[a, b]."""
+    klo, khi = _steps(rlo, rhi, rows.shape[0] + 1)
+    return left_bounds_steps(klo, khi, rows, True)
+
+
+@kernel
+def left_bounds_steps(klo, khi, rows, standin):  # pragma: no cover - compiled
+    """:func:`left_bounds` with a row-wise set per step (``klo[j − 1]``, ``khi[j − 1]``: step j, from
+    X_{p−j} to X_{p−j+1}; P^n across a restart gap). ``standin``: a released stand-in lies at
+    distance m + 1 (m + 1 steps); otherwise the record at distance m is the first (m steps, and
+    only the release events are bounded — the all-redacted output is the caller's)."""
     m = rows.shape[0]
     k = rows.shape[1]
     out = np.empty((k, k))
@@ -298,15 +324,10 @@ def left_bounds(rlo, rhi, rows):  # pragma: no cover - compiled
         for b in range(k):
             out[a, b] = 0.0 if a == b else -np.inf
     verts = np.empty((k << (k - 1), k))
-    colorder_hi = np.empty((k, k), dtype=np.int64)
-    colorder_lo = np.empty((k, k), dtype=np.int64)
-    for t in range(k):
-        colorder_hi[t] = np.argsort(rhi[:, t].copy())
-        colorder_lo[t] = np.argsort(rlo[:, t].copy())
-    for j in range(1, m + 2):
+    for j in range(1, m + 2 if standin else m + 1):
         for x in range(k):
             if j == m + 1 or rows[j - 1, x] < 1.0:
-                _left_event(rlo, rhi, colorder_hi, colorder_lo, rows, j, x, out, verts)
+                _left_event(klo, khi, rows, j, x, out, verts)
     return out
 
 

@@ -244,27 +244,16 @@ class RobustKStreamPlan:
     point_plan: KStreamPlan | None
     point_expected_redacted: float | None
     point_worst: WorstCase | None
+    #: The budget ε the plan is certified for (the design budget ε' ≤ ε is ``design_budget``).
+    epsilon: float
 
     def evaluation_plan(self) -> KStreamPlan:
-        """The same table with the worst member found as its chain (the privatizer's per-mark
-        figures for late marks and the start use it and :meth:`evaluation_members`: finitely many
-        members, not a certificate; §5)."""
+        """The same table with the worst member found as its chain (the privatizer's table; its
+        per-mark figures are certified over the whole region: streamguard.model.rows_window, §5)."""
         P = self.worst.matrix if self.worst.matrix is not None else self.design_member
-        return KStreamPlan(MarkovChain(P), self.plan.epsilon, self.plan.design, self.plan.left, self.plan.right,
+        # ε, not the design budget ε': the marks are held to the certified budget (robust.evaluation_plan)
+        return KStreamPlan(MarkovChain(P), self.epsilon, self.plan.design, self.plan.left, self.plan.right,
                            self.plan.weights)
-
-    def evaluation_members(self) -> list[MarkovChain]:
-        """Further members the privatizer evaluates every mark under (beside the worst member found):
-        the point estimate and the set's stickiest member, when they are ergodic chains — finitely
-        many members, not a certificate (docs/model-sets.md §5)."""
-        out = [] if self.model_set.point is None else [self.model_set.point]
-        try:
-            sticky = MarkovChain(region(self.model_set).stickiest())
-            sticky.require_ergodic()
-            out.append(sticky)
-        except ModelError:
-            pass  # (a stickiest member that never leaves a state is refused before planning)
-        return out
 
     def utility_cost(self) -> float | None:
         return None if self.point_expected_redacted is None else self.expected_redacted - self.point_expected_redacted
@@ -330,7 +319,7 @@ def robust_kstream_plan(model_set: ModelSet, epsilon: float, *, split: str | flo
     if not final.bound <= eps:  # pragma: no cover - the certificate that chose the plan must reproduce
         raise ModelError("internal: the robust plan's certificate did not reproduce")
     return RobustKStreamPlan(model_set, final, P, e_design, plan, _cost(plan, law), point_plan, point_cost,
-                             point_worst)
+                             point_worst, eps)
 
 
 def robust_plan_for(model_set: ModelSet, epsilon: float, *, design: str,

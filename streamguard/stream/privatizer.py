@@ -57,6 +57,8 @@ from ..audit.kstate import combine, right_pairs
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs, start_hold
 from ..chain import MarkovChain
 from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
+from ..model.krobust import RowBox
+from ..model.rows_window import MAX_SETS, certify_rows
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
@@ -272,6 +274,9 @@ class StreamPrivatizer:
     #: A binary box ((α_lo, α_hi), (β_lo, β_hi)) of chains: every mark's figure is then certified over
     #: the whole box (streamguard.model.box_window), not evaluated under finitely many chains.
     box: tuple[tuple[float, float], tuple[float, float]] | None = None
+    #: A k-state row-wise region of chains: every mark's figure is then certified over all of it
+    #: (streamguard.model.rows_window), as over a binary box.
+    region: RowBox | None = None
     #: Called for each decided record with a seq, in order, as (phys, released state or None, row)
     #: — the drift guard. It may call :meth:`fail_closed`; the records of the same decision that
     #: follow are then settled as if decided after it (:meth:`_decide`).
@@ -620,7 +625,10 @@ class StreamPrivatizer:
 
     def _evaluate(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64]) -> Leakage:
         """Exact leakage about X_p of these rows, worst case over restart gaps, initial laws and the
-        chains evaluated (the plan's and ``members``); with a ``box``, the certified bound over it."""
+        chains evaluated (the plan's and ``members``); with a ``box`` or a ``region``, the certified
+        bound over it."""
+        if self.region is not None:
+            return certify_rows(self.region, self._box_cases(p, left, right), target=self.plan.epsilon)
         if self.box is not None:
             return certify(self.box, self._box_cases(p, left, right), target=self.plan.epsilon)
         worst = Leakage(0.0, 0.0, 0.0)
@@ -633,19 +641,24 @@ class StreamPrivatizer:
     def _left_leakage(self, m: Mark) -> float:
         """The exact left leakage of the mark's committed left rows (worst case, as above)."""
         left, _ = self._window_rows(m, committed=True)
-        if self.box is not None:
+        if self.box is not None or self.region is not None:
             # the decision it feeds: on time, whether the right side keeps the plan's rows (left ≤
             # ε − ε_r; at the stream's start whether the left side is within its budget); late,
             # the right budget ε − L_ℓ itself (no target: as tight as the bounded search gets)
             reaches = m.left_reach >= m.phys
             target = None if m.late else (self.plan.left.budget if reaches
                                           else self.plan.epsilon - self.plan.right.budget)
-            return certify(self.box, self._box_cases(m.phys, left, None), key="left", target=target,
-                           give_up_above=self.plan.epsilon, max_boxes=LATE_LEFT_BOXES if m.late else MAX_BOXES).left
+            cases = self._box_cases(m.phys, left, None)
+            if self.region is not None:
+                return certify_rows(self.region, cases, key="left", target=target, give_up_above=self.plan.epsilon,
+                                    max_boxes=MAX_SETS).left
+            assert self.box is not None
+            return certify(self.box, cases, key="left", target=target, give_up_above=self.plan.epsilon,
+                           max_boxes=LATE_LEFT_BOXES if m.late else MAX_BOXES).left
         G_all = self._gaps(m.phys - left.shape[0] - 1, m.phys)
         return max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
 
-    # -- certified figures over a box (streamguard.model.box_window) ---------------------------
+    # -- certified figures over a box or a k-state region (streamguard.model.box_window, .rows_window)
     def _box_cases(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64] | None) -> list[WindowCase]:
         """The window's hypotheses for the box certificate, mirroring :meth:`_left_pairs` and
         :meth:`_right_pairs`: G = 0 unless the window spans the restart, else every gap — G <
@@ -662,7 +675,7 @@ class StreamPrivatizer:
         kinds = [(1, 1)] * span.steps
         if span.gap_step is not None:  # (a gap of G ≥ 1, or the tail)
             kinds[span.gap_step - 1] = gap_kind(None if G == "tail" else int(G))  # type: ignore[arg-type]
-        init = None if self.initial is None else (float(self.initial[0]), float(self.initial[1]))
+        init = None if self.initial is None else tuple(float(v) for v in self.initial)
         return LeftCase(np.ascontiguousarray(span.rows, dtype=np.float64), tuple(kinds), span.reaches,
                         init if span.reaches else None, max(span.distance, 0))
 

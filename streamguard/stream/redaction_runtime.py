@@ -21,7 +21,7 @@ from ..sampling import BitSource, KeystreamSource
 from ..ledger.events import DriftEvent, RedactionEvent
 from ..model.drift import DriftGuard
 from ..model.modelset import ModelSet
-from ..model.krobust import RobustKStreamPlan, robust_kstream_plan
+from ..model.krobust import RobustKStreamPlan, region, robust_kstream_plan
 from ..model.robust import RobustStreamPlan
 from ..model.robust_cache import cached_robust_stream_plan
 from ..quilt.release import AggregateRelease
@@ -116,14 +116,15 @@ class RedactionRuntime(StreamRuntime):
                                 initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
                                 members=self._members(),
                                 box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
-                                else None)
+                                else None,
+                                region=region(self.model_set) if isinstance(self.robust, RobustKStreamPlan) else None)
 
     @property
     def warm_key(self) -> Hashable:
         """Streams with equal keys run the same compiled kernels (numba compiles per argument
         types, not per plan): warming one of them warms all."""
         return (type(self.plan).__name__, self.states.k, bool(self._members()), self.core.box is not None,
-                self.cfg.model.initial is not None)
+                self.core.region is not None, self.cfg.model.initial is not None)
 
     def warm_up(self) -> None:
         """Load the compiled kernels that this stream's decisions and marks run — numba's on-disk
@@ -141,14 +142,11 @@ class RedactionRuntime(StreamRuntime):
         core.drain()
 
     def _members(self) -> tuple[MarkovChain, ...]:
-        """Further chains the privatizer evaluates every mark under: a finite set's members, a k-state
-        region's point estimate and stickiest member (finitely many, not a certificate:
-        docs/model-sets.md §5); none for a binary box (its figures are certified over the whole box)
-        or a single chain."""
-        if self.model_set is None or self.model_set.kind == "box":
+        """Further chains the privatizer evaluates every mark under: a finite set's members; none for
+        a binary box or a k-state region (their figures are certified over the whole set:
+        docs/model-sets.md §5) or a single chain."""
+        if self.model_set is None or self.model_set.kind != "finite":
             return ()
-        if isinstance(self.robust, RobustKStreamPlan):
-            return tuple(self.robust.evaluation_members())
         return tuple(self.model_set.members)
 
     # -- input --------------------------------------------------------------------------------
