@@ -314,11 +314,14 @@ def test_audit_errors():
         exact_leakage(three, seq, 0)
     with pytest.raises(ChannelError, match="3 input states"):
         brute_force_leakage(chain, ChannelSequence.from_dense(np.full((2, 3, 2), 0.5)), 0)
+    # a known first reading: X_0 = 1 has probability 0 and nothing lies on its left, so its right side
+    # (the chain started from each value, docs/initial-law.md) decides: log max P[a,x]/P[b,x]
     degenerate = MarkovChain.binary(0.2, 0.3, initial=[1.0, 0.0])
-    with pytest.raises(ModelError, match="probability 0"):
-        exact_leakage(degenerate, seq, 0)
-    with pytest.raises(ModelError, match="probability 0"):
-        brute_force_leakage(degenerate, seq, 0)
+    assert exact_leakage(degenerate, seq, 0).total == pytest.approx(math.log(0.7 / 0.2), abs=1e-12)
+    assert brute_force_leakage(degenerate, seq, 0) == pytest.approx(math.log(0.7 / 0.2), abs=1e-12)
+    stuck = MarkovChain([[1.0, 0.0], [0.5, 0.5]], [1.0, 0.0])  # X_1 = 1 impossible, with a left side
+    with pytest.raises(ModelError, match="both states possible"):
+        exact_leakage(stuck, ChannelSequence.from_redaction([[0.0, 0.0], [1.0, 1.0]]), 1)
     with pytest.raises(ValueError, match="refused"):
         brute_force_leakage(chain, ChannelSequence.from_redaction(np.ones((20, 2))), 0)
 

@@ -41,7 +41,8 @@ Values of X_p of probability 0 (docs/initial-law.md): a law of the first record 
 Pr(X_p = a) = 0 (a sensor that boots in a known state, a transition matrix with zeros). Bayes' rule
 then gives no law of the left records given X_p = a, and every version of it is a conditional
 probability; we take the worst. A left side with more than one possible output therefore leaks
-without bound about a (L[a, b] = L[b, a] = +∞ for every b), and one with a single possible output
+without bound about a (L[b, a] = +∞ for some b; both orders are set to +∞, the maximum is the same
+— docs/initial-law.md), and one with a single possible output
 (e.g. every row 1 at every value its record can take, back to the first record: ⊥…⊥) has ratio 1,
 L = 0 for every pair. With a set of laws this applies to every value that some law of the set
 makes impossible, and the output must be the same one under every law. (The right

@@ -7,15 +7,15 @@ import functools
 import json
 import math
 import logging
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..chain import MarkovChain
-from ..config import Settings, StreamConfig
+from ..config import ConfigError, Settings, StreamConfig
 from ..redaction.kplan import KStreamPlan, stream_plan_for
-from ..redaction.plan import StreamPlan
+from ..redaction.plan import OverBudget, StreamPlan, within
 from ..redaction.plan_cache import PlanCache, cached_plan_stream
 from ..sampling import BitSource, KeystreamSource
 from ..ledger.events import DriftEvent, RedactionEvent
@@ -46,6 +46,23 @@ DECIDE_EVERY = 64
 RECENT_MARKS = 50
 #: Redaction rows whose text :meth:`RedactionRuntime.payload` keeps.
 _ROW_TEXTS = 256
+_Plan = TypeVar("_Plan")
+
+
+def checked_stream_plan(name: str, epsilon: float, build: Callable[[], _Plan],
+                        leakage: Callable[[_Plan], Any]) -> tuple[_Plan, Any]:
+    """A redaction stream's plan and its exact leakage, for ``run`` and ``config check`` alike. A
+    plan whose exact leakage exceeds ε (the design's own final check, :class:`OverBudget`, or this
+    one) is a configuration error — exit 78, one line naming the stream — never a warning."""
+    try:
+        plan = build()
+    except OverBudget as exc:
+        raise ConfigError(f"streams.{name}: {exc}; the stream is refused") from None
+    lk = leakage(plan)
+    if not within(lk.total, epsilon):
+        raise ConfigError(f"streams.{name}: the plan's exact leakage {lk.total:.9g} nats > ε = {epsilon:g}; "
+                          "the stream is refused")
+    return plan, lk
 
 
 class RedactionRuntime(StreamRuntime):
@@ -60,23 +77,25 @@ class RedactionRuntime(StreamRuntime):
         #: The model set the plan is robust over (None: the single configured chain).
         self.model_set = cfg.model_set()
         self.robust: RobustStreamPlan | RobustKStreamPlan | None = None
+
+        def build() -> StreamPlan | KStreamPlan:
+            if self.model_set is not None and not self.model_set.is_binary:  # a k-state row-wise set (not cached)
+                self.robust = robust_kstream_plan(self.model_set, cfg.epsilon, split=cfg.split)
+                return self.robust.evaluation_plan()
+            if self.model_set is not None:  # cached by the set's content, re-certified on every start
+                self.robust = cached_robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design,
+                                                        split=cfg.split, cache=plan_cache)
+                return self.robust.evaluation_plan()
+            if self.chain.is_binary:
+                return cached_plan_stream(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split,
+                                          cache=plan_cache,
+                                          progress=lambda msg: log.info("stream %s: %s", cfg.name, msg))
+            return stream_plan_for(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)  # k states
+
         self.plan: StreamPlan | KStreamPlan
-        if self.model_set is not None and not self.model_set.is_binary:  # a k-state row-wise set (not cached)
-            self.robust = robust_kstream_plan(self.model_set, cfg.epsilon, split=cfg.split)
-            self.plan = self.robust.evaluation_plan()
-        elif self.model_set is not None:  # cached by the set's content, re-certified on every start
-            self.robust = cached_robust_stream_plan(self.model_set, cfg.epsilon, design=cfg.design, split=cfg.split,
-                                                    cache=plan_cache)
-            self.plan = self.robust.evaluation_plan()
-        elif self.chain.is_binary:
-            self.plan = cached_plan_stream(
-                self.chain, cfg.epsilon, design=cfg.design, split=cfg.split,
-                cache=plan_cache,
-                progress=lambda msg: log.info("stream %s: %s", cfg.name, msg))
-        else:  # k states (docs/k-state-redaction.md)
-            self.plan = stream_plan_for(self.chain, cfg.epsilon, design=cfg.design, split=cfg.split)
+        self.plan, self.plan_leakage = checked_stream_plan(
+            cfg.name, cfg.epsilon, build, lambda plan: plan.leakage() if plan_cache is None else plan_cache.leakage(plan))
         self.core = self._new_core(source, resume)
-        self.plan_leakage = self.plan.leakage() if plan_cache is None else plan_cache.leakage(self.plan)
         guard_on = cfg.drift_guard if cfg.drift_guard is not None else self.model_set is not None
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
         #: The id of the model (set) the drift alarm concerns (ledger drift events name it).
