@@ -680,15 +680,11 @@ class Daemon:
                         min(m.phys for m in unvouched), max(m.phys for m in unvouched), unvouched[-1].reason)
 
     async def _ingest_message(self, msg: Message) -> None:
-        """A message on a mapped sensor's topic: it updates the resamplers, or is a step (or a
-        button press) of a stream stated periodic."""
+        """A message on a mapped sensor's topic: it updates the resamplers, or is a step of a
+        stream stated periodic (a privacy button is read on the input session: _button_message)."""
         now = self.ingest.clock()  # the resampler's clock: receive times and ticks on one time line
-        for name, kind, data in self.ingest.route(msg.topic, msg.payload, retain=msg.retain, now=now):
-            if kind == "command":
-                assert isinstance(data, bytes)
-                await self.handle_command(name, data)
-            else:
-                await self.handle_frame(name, data, now)
+        for name, _kind, data in self.ingest.route(msg.topic, msg.payload, retain=msg.retain, now=now):
+            await self.handle_frame(name, data, now)
 
     def _check_status(self, msg: Message) -> None:
         """Raise :class:`InUse` if ``msg`` (on our status topic) is another streamguard's status
