@@ -33,7 +33,9 @@ from typing import Any
 
 import pytest
 
+from brokers import Broker
 from firmware_sim.onchange import OnChangeSensor
+from ingest_harness import ingest_settings, rig
 from streamguard.config import Settings
 from streamguard.ingest.resampler import Resampler
 from streamguard.ingest.stream import IngestStream
@@ -469,3 +471,36 @@ def test_stale_and_a_false_heartbeat_pin_the_marked_reading(seed: int) -> None:
     assert view_leakage(alpha, beta, rows, p, _none) < float("inf")
     assert view_leakage(alpha, beta, rows, p, _stale(2)) == float("inf")
     assert view_leakage(alpha, beta, rows, p, _stop(2)) == float("inf")
+
+
+# -- the real daemon on Mosquitto ----------------------------------------------------------------
+async def test_daemon_waits_and_stops_on_the_heartbeat(mosquitto: Broker, tmp_path: Path) -> None:
+    """Through the daemon and a real broker (manual clock, release delay 0): with a 3 s heartbeat the
+    start-up wait ends 3 ticks after the first, whatever arrived; a reading re-sent in time keeps the
+    stream going; the first silence longer than 3 s stops it — a later change is not published, the
+    records are exactly the known ticks and the status says stopped."""
+    ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
+              "values": {"true": "occupied", "false": "vacant"}}
+    settings = ingest_settings(mosquitto.broker_config(), tmp_path, ingest, labels=LABELS, sample_period=1.0,
+                               heartbeat=3.0, stale_after=10.0)
+    async with rig(settings) as r:
+        await r.send("zigbee2mqtt/hall", '{"occupancy":true,"linkquality":90}')
+        for _ in range(3):
+            await r.tick()  # the wait: unknown although a reading is held
+        await r.send("zigbee2mqtt/hall", '{"occupancy":true,"linkquality":91}')  # the heartbeat
+        await r.tick()
+        await r.tick()
+        await r.send("zigbee2mqtt/hall", '{"occupancy":false,"linkquality":92}')  # a change
+        for _ in range(5):
+            await r.tick()  # silent from here: the 4th tick after the change is > 3 s
+        await r.send("zigbee2mqtt/hall", '{"occupancy":true,"linkquality":93}')  # not published
+        await r.tick()
+        await r.tick()
+        known = [(r.ticks[3], "occupied"), (r.ticks[4], "occupied"), (r.ticks[5], "vacant"), (r.ticks[6], "vacant"),
+                 (r.ticks[7], "vacant")]
+        records = await r.wait_records(len(known))
+        assert [(rec["ts"], rec["value"]) for rec in records] == known
+        assert dict(r.runtime.counters.rejected) == {"no-reading": 3, "heartbeat": len(r.ticks) - 3 - len(known)}
+        status = r.hub.status("s")
+        assert status is not None and status["heartbeat"] == 3.0 and "stopped" in status
+        assert r.steps() == len(r.ticks)
