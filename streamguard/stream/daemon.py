@@ -623,8 +623,8 @@ class Daemon:
                         frames = []
                     if msg.topic != sentinel:
                         await self._button_message(msg)
-                    elif self._sentinel is not None and msg.payload == self._sentinel[0] and not self._sentinel[1].done():
-                        self._sentinel[1].set_result(None)  # everything before it is handled
+                    elif (sent := self._sentinel) is not None and msg.payload == sent[0] and not sent[1].done():
+                        sent[1].set_result(None)  # everything before it is handled
                     continue
                 if frames and (route[1] or route[0] != name):  # (commands keep their place)
                     await self.handle_frame(name, frames)

@@ -25,22 +25,25 @@ This applies to resampled 3R streams (``sample_period`` without ``periodic``); a
 button, and the command topic, are read on the same session (queued alike) but not held for.
 
 While the button is not heard the privatizer decides nothing (``StreamPrivatizer.held``), so the
-records before the unheard steps stay undecided and a mark on any of them is on time. The hold
+records before the unheard steps stay undecided and a mark on any of them is on time (with a
+``delay`` of at least the left horizon, the default; a shorter one makes it late, as it makes a
+live press late, and the mark says so). The hold
 ends when the button is heard again, or — whichever comes first — once more than ``delay`` steps
 were taken unheard or ``max_hold`` seconds passed since it was lost: then the unheard steps are
 decided as private, and every further step taken while unheard is marked as it is taken.
 
 A press received while the button is not heard (before the sentinel: it was queued, or sent
-meanwhile) may have been pressed at any time since the loss. With its own time (the button's
-``timestamp``; the button's clock is trusted) it marks the step of that time; without one it marks every unheard step,
-and the next step like any press. A timed press marks the step of its time wherever it arrives; a
+meanwhile) may have reached the broker at any time since the loss. With its own time (the button's
+``timestamp``; the button's clock is trusted) it marks the step of that time; without one it marks
+every unheard step, and the next step like any press. A timed press marks the step of its time wherever it arrives; a
 step already decided follows the late-mark rules (DESIGN.md "Late marks": not honoured, and said so,
 when its neighbours are already published); one older than the memory is reported lost.
 
-Not covered (README): a QoS 0 press published over a connection that is already dead but not yet
-seen to be (a silent network loss, found by the keepalive) is lost — a QoS 1 press is resent to the
-session; and a broker that crashes (no clean shutdown) restores the session from its last save
-(``autosave_interval``) and forgets what it queued since.
+Not covered (README): a press the button's own client drops while the broker is unreachable
+(zigbee2mqtt's client queues it and sends it on reconnecting); a QoS 0 press published over a
+connection that is already dead but not yet seen to be (a silent network loss, found by the
+keepalive) — a QoS 1 press is resent to the session; and a broker that crashes (no clean shutdown)
+restores the session from its last save (``autosave_interval``) and forgets what it queued since.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ from .privatizer import Mark, StreamPrivatizer
 from .steps import StepTracker
 
 #: Why an unheard step was decided as private (the mark's reason).
-SESSION_LOST = "unvouched: the broker did not keep the daemon's session, so a privacy-button press in this time may be lost"
+SESSION_LOST = ("unvouched: the broker did not keep the daemon's session, so a privacy-button press in this time "
+                "may be lost")
 OVERDUE = "unvouched: the privacy button was not heard for longer than the release delay (or max_hold)"
 STOPPED = "unvouched: the daemon stopped before it could hear the privacy button again"
 LATE_PRESS = ("unvouched: a privacy-button press received after an outage, without its own time: it may belong to "
