@@ -52,6 +52,7 @@ side given X_p = a is the chain started from a at p: the Markov property defines
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -359,7 +360,8 @@ MAX_START_HOLD = 1024
 
 
 def start_hold(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budget: float, epsilon: float,
-               initial: NDArray[np.float64] | None = None, *, cap: int = MAX_START_HOLD) -> int:
+               initial: NDArray[np.float64] | None = None, *, cap: int = MAX_START_HOLD,
+               left_worst: Callable[[int], float] | None = None) -> int:
     """S: from S on, a mark at 0-based position p from a stream's first record (or from the first
     record after a restart) keeps the plan's left rows and is honoured; before it, a mark may have
     to redact its left side back to that record (a side that releases nothing leaks nothing,
@@ -374,11 +376,12 @@ def start_hold(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budg
     mark made on time at any p < S still finds its left side undecided back to the first record.
     At most ``cap``: beyond it (a chain that mixes very slowly) the exact figure decides. For
     p ≥ H + 1 the worst case is non-increasing in p, so the last such position is found by
-    doubling and bisection."""
+    doubling and bisection. ``left_worst``: p ↦ the left figure to use instead of
+    :func:`plan_left_worst` under ``P`` (a bound over a set of chains, model/rows_window.py)."""
     H = left_rows.shape[0]
 
     def lost(p: int) -> bool:
-        worst = plan_left_worst(P, left_rows, p, initial)
+        worst = plan_left_worst(P, left_rows, p, initial) if left_worst is None else left_worst(p)
         return exceeds_left_budget(worst, left_budget) if p <= H else epsilon - worst < MIN_SIDE_BUDGET
 
     last = max((p for p in range(min(H + 1, cap)) if lost(p)), default=-1)

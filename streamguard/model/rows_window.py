@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -299,3 +299,23 @@ def certify_rows(box: RowBox, cases: Sequence[WindowCase], *, key: str = "total"
             uid += 1
             count += 1
     return Leakage(max(e[3].total for e in heap), max(e[3].left for e in heap), max(e[3].right for e in heap))
+
+
+def left_worst(box: RowBox, left_rows: NDArray[np.float64],
+               initial: NDArray[np.float64] | None) -> Callable[[int], float]:
+    """p ↦ a certified bound over the whole set (one interval bound, no search) of the left figure
+    of the plan's ``left_rows`` for a mark p records after a first record (any law, or ``initial``):
+    what audit/start.py ``start_hold`` decides the records held at a stream's start with."""
+    reg = _Region(box)
+    H = left_rows.shape[0]
+    off = ~np.eye(box.k, dtype=bool)
+
+    def worst(p: int) -> float:
+        m = min(H, p)
+        reaches = m == p
+        case = LeftCase(np.ascontiguousarray(left_rows[:m], dtype=np.float64), (ONE,) * (m if reaches else m + 1),
+                        reaches, None if initial is None or not reaches else tuple(float(v) for v in initial),
+                        0 if reaches else p - m - 1)
+        return _up(max(0.0, float(_left(reg, case)[off].max())))
+
+    return worst

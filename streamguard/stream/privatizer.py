@@ -58,7 +58,7 @@ from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs, sta
 from ..chain import MarkovChain
 from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
 from ..model.krobust import RowBox
-from ..model.rows_window import MAX_SETS, certify_rows
+from ..model.rows_window import MAX_SETS, certify_rows, left_worst
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
@@ -303,8 +303,9 @@ class StreamPrivatizer:
         #: restart) may need their left side redacted back to it (audit/start.py, start_hold): the
         #: records before that position are held until the record at start_hold − 1 is due.
         rows = self.plan.left.red[: self.plan.left_horizon]
-        self.start_hold = max(start_hold(c.P, rows, self.plan.left.budget, self.plan.epsilon, self.initial)
-                              for c in self._chains)
+        worst = None if self.region is None else left_worst(self.region, rows, self.initial)  # certified
+        self.start_hold = max(start_hold(c.P, rows, self.plan.left.budget, self.plan.epsilon, self.initial,
+                                         left_worst=worst) for c in self._chains)
         self._held_until = (self.boundary or 0) + self.start_hold - 1
         span = self.plan.left_horizon + self.plan.right_horizon + 1
         self._keep = 4 * span + self.delay + 64 + self.start_hold
