@@ -124,13 +124,15 @@ def test_exact_evaluator_on_hand_cases() -> None:
 
 # -- the scenario ----------------------------------------------------------------------------
 class GatedBackoff(Backoff):
-    """The daemon's reconnect backoff, held back until ``gate`` (monotonic): the test decides when
-    the daemon may reconnect — after the button's press, as in the issue."""
+    """The daemon's reconnect backoff: 0.5 s between attempts, or — once the test sets ``gate``
+    (monotonic) — until the gate: the test decides when the daemon may reconnect (after the
+    button's press, as in the issue)."""
 
-    gate = 0.0
+    gate: float | None = None
 
     def delay(self, failures: int) -> float:
-        return max(0.05, GatedBackoff.gate - time.monotonic())
+        gate = GatedBackoff.gate
+        return 0.5 if gate is None else max(0.05, gate - time.monotonic())
 
 
 def _shipped(directive: str) -> str:
@@ -184,6 +186,7 @@ async def test_a_press_during_a_broker_outage_protects_its_step(device_broker: B
     them as private. Either way the pressed step is protected within ε."""
     broker = device_broker
     persistent = "persistent" in request.node.callspec.id
+    GatedBackoff.gate = None
     monkeypatch.setattr(daemon_module, "PROMPT", GatedBackoff())
     settings = _settings(broker, tmp_path)
     data = "sg/btn/hall/data"
@@ -197,13 +200,15 @@ async def test_a_press_during_a_broker_outage_protects_its_step(device_broker: B
             rt = daemon.runtimes["hall"]
             await until(lambda: rt.counters.accepted >= 5, 15, "five known steps before the outage")
             # the outage: the broker stops (a clean shutdown saves the sessions), the button is
-            # pressed in the middle of it, the broker is back 3 s later; the daemon may reconnect
-            # only 0.5 s after that
-            GatedBackoff.gate = time.monotonic() + OUTAGE + 0.5
+            # pressed in the middle of it, the broker is back 3 s later; the daemon's attempts are
+            # held back past the press (a sleep begun before the gate ends in a failed attempt
+            # within 0.5 s, and every later one waits for the gate)
             await loop.run_in_executor(None, broker.stop)
             await asyncio.sleep(OUTAGE / 2)
             pressed_at = time.time()  # the moment of the press (the button's client cannot publish)
-            await asyncio.sleep(OUTAGE / 2)
+            await asyncio.sleep(OUTAGE / 2 - 0.6)
+            GatedBackoff.gate = time.monotonic() + 2.0
+            await asyncio.sleep(0.6)
             await loop.run_in_executor(None, broker.start)
             await asyncio.sleep(0.3)
             assert daemon._input is not None
