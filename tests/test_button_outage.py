@@ -211,11 +211,11 @@ async def test_a_press_during_a_broker_outage_protects_its_step(device_broker: B
             await asyncio.sleep(0.6)
             await loop.run_in_executor(None, broker.start)
             await asyncio.sleep(0.3)
-            assert daemon._input is not None
-            connections = daemon._input.connections
+            assert daemon._buttons is not None
+            connections = daemon._buttons.connections
             await _publish(broker, BUTTON, b'{"action":"single","linkquality":87}', qos=0, retain=False,
                            identifier="z2m-button")
-            assert daemon._input.connections == connections, "the daemon re-subscribed before the press"
+            assert daemon._buttons.connections == connections, "the daemon re-subscribed before the press"
             after = math.ceil(pressed_at / PERIOD) * PERIOD + AFTER * PERIOD
             await until(lambda: time.time() > after + PERIOD, AFTER * PERIOD + 10, f"{AFTER} steps after the press")
         assert task.done() and task.exception() is None

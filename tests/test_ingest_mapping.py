@@ -247,7 +247,7 @@ def test_button_marks_the_next_tick_and_ignores_retained(tmp_path: Path) -> None
               "values": {"true": "occupied", "false": "vacant"},
               "button": {"preset": "zigbee2mqtt", "device": "privacy_button", "field": "action", "press": ["single"]}}
     s = IngestStream(_settings(tmp_path, sample_period=1.0, ingest=ingest).streams[0])
-    # the button is read on the persistent input session, the sensor on the control connection
+    # the button is read on the persistent buttons session, the sensor on the control connection
     assert s.button_filters() == ["zigbee2mqtt/privacy_button"] and "zigbee2mqtt/privacy_button" not in s.filters()
 
     def press(payload: bytes, *, retain: bool, now: float) -> None:

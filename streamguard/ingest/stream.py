@@ -16,7 +16,7 @@ exactly like a rejected frame (redacted with probability 1, occupies its step, c
   availability is not used (there is no tick to make unknown). The privacy button marks the newest
   step (``{"private": "now"}``).
 
-The privacy button is read on the daemon's persistent input session, not with the sensor's
+The privacy button is read on the daemon's persistent buttons session, not with the sensor's
 messages (a press sent while the daemon is away waits at the broker): :meth:`IngestHub.presses`
 routes its messages, and the daemon places each press (stream/vouch.py).
 
@@ -210,7 +210,7 @@ class IngestHub:
         return list(dict.fromkeys(f for s in self.streams.values() for f in s.filters()))
 
     def button_filters(self) -> list[str]:
-        """Every privacy button's topic filter (the persistent input session), each once."""
+        """Every privacy button's topic filter (the persistent buttons session), each once."""
         return list(dict.fromkeys(f for s in self.streams.values() for f in s.button_filters()))
 
     def route(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, str, StepInput]]:
@@ -220,7 +220,7 @@ class IngestHub:
                 for kind, data in s.on_message(topic, payload, retain=retain, now=now)]
 
     def presses(self, topic: str, payload: bytes, *, retain: bool, now: float) -> list[tuple[str, Press]]:
-        """(stream, press) for every privacy button pressed in one message (input session)."""
+        """(stream, press) for every privacy button pressed in one message (buttons session)."""
         self.routed += 1
         return [(name, p) for name, s in self.streams.items()
                 if (p := s.press(topic, payload, retain=retain, now=now)) is not None]

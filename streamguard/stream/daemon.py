@@ -6,12 +6,14 @@ Tasks (DESIGN.md §6):
   retained ``<base>/<device>/status`` (``online``; its will is ``offline``) and each stream's
   retained ``<base>/<device>/<stream>/privacy``.
 - **input**: a connection (``<client id>-in``) with a persistent session, subscribed to each
-  stream's command topic ``…/<stream>/cmd``, each mapped sensor's privacy button and, for ``source =
-  "mqtt"`` streams (without ``ingest``), its raw topic ``…/<stream>/raw``: QoS 1 frames (and, with
-  the broker's ``queue_qos0_messages``, QoS 0 presses) published while it is away (a broker or
-  daemon restart) wait at the broker, and a frame is acknowledged only once handled (back-pressure;
-  stream/transport.py). While a button cannot be heard, the steps it might mark are held and, unless
-  the broker kept the session, decided as private (stream/vouch.py).
+  stream's command topic ``…/<stream>/cmd`` and, for ``source = "mqtt"`` streams (without ``ingest``), its raw topic
+  ``…/<stream>/raw``: QoS 1 frames published while it is away (a broker or daemon restart) wait at
+  the broker, and a frame is acknowledged only once handled (back-pressure; stream/transport.py).
+- **buttons**: with a mapped sensor's privacy button, a fourth connection (``<client id>-btn``, a
+  persistent session of its own) subscribed to the buttons' topics: presses published while it is
+  away wait at the broker (QoS 0 too, with ``queue_qos0_messages``). While a button cannot be
+  heard, the steps it might mark are held and, unless the broker kept the session, decided as
+  private (stream/vouch.py).
 - **publisher**: a third connection (``<client id>-pub``) draining the outbox in order, QoS 1.
 - **sources**: stdin (JSON lines) and in-process simulated devices feed frames like MQTT does.
 - **ticker**: decides records held past ``max_hold`` and refreshes the privacy status.
@@ -63,7 +65,6 @@ from typing import Any
 
 from ..config import Settings
 from ..ingest.stream import IngestHub, StepInput
-from ..ingest.topics import matches
 from ..ledger.events import AggregateEvent, DriftEvent, Event
 from ..ledger.odometer import OdometerCache
 from ..ledger.store import BudgetExceeded, Ledger
@@ -181,8 +182,10 @@ class Daemon:
         self._control: MqttTransport | None = None
         self._input: MqttTransport | None = None
         self._inputs_ready = asyncio.Event()
-        #: The sentinel the input connection waits for before its buttons count as heard (its token,
-        #: and the future the consumer resolves when the sentinel comes back): :meth:`_buttons_heard`.
+        #: The privacy buttons' connection (only with a stream whose button is heard for: vouch.py).
+        self._buttons: MqttTransport | None = None
+        #: The sentinel the buttons' connection waits for before they count as heard (its token, and
+        #: the future the consumer resolves when the sentinel comes back): :meth:`_buttons_heard`.
         self._sentinel: tuple[bytes, asyncio.Future[None]] | None = None
         self._sentinels = 0
         #: Per stream, the reason last logged for steps decided as private unvouched (one line per
@@ -531,9 +534,8 @@ class Daemon:
 
     async def _input_session(self, t: Transport) -> None:
         """The input connection (persistent session, stream/transport.py: Sessions): each stream's
-        command topic, each mapped sensor's privacy button and, for ``source = "mqtt"`` without
-        ``ingest``, its raw topic. A message is acknowledged once handled, so a stalled intake stops
-        the broker instead of filling memory."""
+        command topic and, for ``source = "mqtt"`` without ``ingest``, its raw topic. A message is
+        acknowledged once handled, so a stalled intake stops the broker instead of filling memory."""
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
             routes[rt.command_topic()] = (rt.name, True)
@@ -545,8 +547,7 @@ class Daemon:
         # full (transport.py, Bounds) — the SUBACKs behind those messages never came, and with
         # 1,000 streams a restart never got past subscribing.
         consuming = asyncio.create_task(self._consume_inputs(t, routes), name="input-consume")
-        buttons = [*self.ingest.button_filters(), self.settings.topic("sentinel")] if self.hearings else []
-        subscribing = asyncio.create_task(self._subscribe_inputs(t, [*routes, *buttons]), name="input-subscribe")
+        subscribing = asyncio.create_task(self._subscribe_inputs(t, list(routes)), name="input-subscribe")
         try:
             await asyncio.wait([consuming, subscribing], return_when=asyncio.FIRST_EXCEPTION)
             if subscribing.done():
@@ -556,9 +557,6 @@ class Daemon:
             for task in (subscribing, consuming):
                 task.cancel()
             await asyncio.gather(subscribing, consuming, return_exceptions=True)
-            now = self.ingest.clock()
-            for hearing in self.hearings.values():
-                hearing.lost(now)
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
                             "them again to the next session", held)
@@ -579,7 +577,41 @@ class Daemon:
         except* TransportError as failed:  # the first one stands for all: the session is lost
             raise failed.exceptions[0] from None
         self._inputs_ready.set()
-        if self.hearings:
+
+    async def _button_session(self, t: Transport) -> None:
+        """The privacy buttons' connection (``<client id>-btn``): a persistent session of its own,
+        so that no backlog of raw frames shares its queue at the broker (``max_queued_messages``).
+        Every button topic and ``<base>/<device>/sentinel`` are subscribed (QoS 1), then
+        :meth:`_buttons_heard`; a press is handled as it comes (:meth:`_button_message`). When the
+        connection ends the buttons are no longer heard (stream/vouch.py)."""
+        sentinel = self.settings.topic("sentinel")
+        consuming = asyncio.create_task(self._consume_buttons(t, sentinel), name="buttons-consume")
+        confirming = asyncio.create_task(self._confirm_buttons(t, sentinel), name="buttons-confirm")
+        try:
+            await asyncio.wait([consuming, confirming], return_when=asyncio.FIRST_EXCEPTION)
+            if confirming.done():
+                confirming.result()  # (its failure ends the session: reconnecting() retries)
+            await consuming
+        finally:
+            for task in (confirming, consuming):
+                task.cancel()
+            await asyncio.gather(confirming, consuming, return_exceptions=True)
+            now = self.ingest.clock()
+            for hearing in self.hearings.values():
+                hearing.lost(now)
+
+    async def _consume_buttons(self, t: Transport, sentinel: str) -> None:
+        """Handle the buttons' messages in order; the sentinel being waited for resolves its future."""
+        async for msg in t.messages():
+            if msg.topic != sentinel:
+                await self._button_message(msg)
+            elif (sent := self._sentinel) is not None and msg.payload == sent[0] and not sent[1].done():
+                sent[1].set_result(None)  # everything before it is handled
+
+    async def _confirm_buttons(self, t: Transport, sentinel: str) -> None:
+        for topic in (*self.ingest.button_filters(), sentinel):
+            await t.subscribe(topic)
+        if self.hearings:  # (a periodic stream's button is not held for)
             await self._buttons_heard(t)
 
     async def _buttons_heard(self, t: Transport) -> None:
@@ -608,23 +640,12 @@ class Daemon:
             self._unvouched_said.pop(name, None)
 
     async def _consume_inputs(self, t: Transport, routes: dict[str, tuple[str, bool]]) -> None:
-        buttons = self.ingest.button_filters()
-        sentinel = self.settings.topic("sentinel")
         async for group in t.message_groups():  # what queued up while the last group was handled
             frames: list[bytes] = []  # consecutive raw frames of one stream, taken together
             name = ""
             for msg in group:
                 route = routes.get(msg.topic)
                 if route is None:
-                    if msg.topic != sentinel and not (buttons and any(matches(f, msg.topic) for f in buttons)):
-                        continue
-                    if frames:  # (a press, or the sentinel, keeps its place)
-                        await self.handle_frame(name, frames)
-                        frames = []
-                    if msg.topic != sentinel:
-                        await self._button_message(msg)
-                    elif (sent := self._sentinel) is not None and msg.payload == sent[0] and not sent[1].done():
-                        sent[1].set_result(None)  # everything before it is handled
                     continue
                 if frames and (route[1] or route[0] != name):  # (commands keep their place)
                     await self.handle_frame(name, frames)
@@ -915,12 +936,17 @@ class Daemon:
         self._control = self._transport("", will=True)
         # raw frames and commands published while this connection is away wait at the broker (QoS 1)
         self._input = self._transport("-in", will=False, persistent=True)
+        if self.ingest.button_filters():  # privacy buttons: a persistent session of their own
+            self._buttons = self._transport("-btn", will=False, persistent=True)
         publisher = asyncio.create_task(self._publisher.run(), name="publisher")
         writer = asyncio.create_task(self._writer(), name="writer")
         workers = [asyncio.create_task(reconnecting(self._control, self._control_session, backoff=PROMPT),
                                        name="control"),
                    asyncio.create_task(reconnecting(self._input, self._input_session, backoff=PROMPT), name="input"),
                    asyncio.create_task(self._ticker(), name="ticker")]
+        if self._buttons is not None:
+            workers.append(asyncio.create_task(reconnecting(self._buttons, self._button_session, backoff=PROMPT),
+                                               name="buttons"))
         sources = [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
         workers += sources
         workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self._ingest_step)]

@@ -1,9 +1,9 @@
 """Whether the daemon can vouch that a privacy button was not pressed (issue 24 item 3; README
 "Privacy buttons across outages").
 
-A mapped stream's privacy button (``[streams.ingest.button]``) is read on the daemon's input
-connection: a persistent MQTT session (a fixed client id ``<client id>-in``, clean_session false /
-clean_start false with a session expiry) whose subscriptions are QoS 1, so the broker queues for it
+A mapped stream's privacy button (``[streams.ingest.button]``) is read on the daemon's buttons
+connection: a persistent MQTT session of its own (a fixed client id ``<client id>-btn``,
+clean_session false / clean_start false with a session expiry) whose subscriptions are QoS 1, so the broker queues for it
 while it is away (QoS 0 presses too, with the shipped ``queue_qos0_messages true``). A press marks
 the step of the first tick at or after the moment it was pressed. The daemon *vouches* for a step —
 no press of it can still come — only when every press published meanwhile reaches it:
@@ -87,7 +87,7 @@ class ButtonHearing:
 
     # -- the connection ------------------------------------------------------------------------
     def lost(self, now: float) -> None:
-        """The input connection is gone: the button is not heard from now on."""
+        """The buttons' connection is gone: the button is not heard from now on."""
         if self.heard:
             self.heard, self.since = False, now
             self.core.held = not self.overdue
