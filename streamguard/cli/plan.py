@@ -169,7 +169,8 @@ def _stream_plan(args: argparse.Namespace, chain: MarkovChain) -> int:
     law = "the stated initial law" if initial is not None else "any initial law (a sensor may boot in a known state)"
     print(f"near the start, for {law}: marks at 0-based positions < {near['redact_to_start']} redact their left "
           f"side to the start, and so do marks at positions < {near['hold']} whose plan rows would leave the right "
-          f"side nothing (the daemon holds the records before position {max(near['hold'] - 1, 0)} until that one "
+          f"side nothing (with a delay ≥ the left horizon − 1, as by default, the daemon holds the records before "
+          f"position {max(near['hold'] - 1, 0)} until that one "
           f"is due, so a mark made on time finds them undecided); further on the plan's left rows leak up to "
           f"{near['worst_left']:.6g} nats and the right side gets what is left of ε; from position "
           f"{near['matters_until']} on the start does not matter (< 1e-12 nats); the same holds after every restart")

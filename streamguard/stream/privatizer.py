@@ -301,11 +301,14 @@ class StreamPrivatizer:
             self.initial = np.asarray(self.initial, dtype=np.float64)
         #: Marks at positions p < start_hold from the first record (of the stream, or after the
         #: restart) may need their left side redacted back to it (audit/start.py, start_hold): the
-        #: records before that position are held until the record at start_hold − 1 is due.
+        #: records before that position are held until the record at start_hold − 1 is due. Only
+        #: with delay ≥ H_ℓ − 1: with less, a mark beyond position delay + 1 is late anyway (a left
+        #: neighbour is decided when its flag comes), and one up to it finds the start undecided.
         rows = self.plan.left.red[: self.plan.left_horizon]
         worst = None if self.region is None else left_worst(self.region, rows, self.initial)  # certified
         self.start_hold = max(start_hold(c.P, rows, self.plan.left.budget, self.plan.epsilon, self.initial,
-                                         left_worst=worst) for c in self._chains)
+                                         left_worst=worst) for c in self._chains
+                              ) if self.delay + 1 >= self.plan.left_horizon else 0
         self._held_until = (self.boundary or 0) + self.start_hold - 1
         span = self.plan.left_horizon + self.plan.right_horizon + 1
         self._keep = 4 * span + self.delay + 64 + self.start_hold
