@@ -269,3 +269,18 @@ def test_refusals_are_exactly_the_readings_two_streams_would_share() -> None:
 
 def _topics_over(levels: tuple[str, ...], depth: int) -> list[str]:
     return ["/".join(p) for n in range(1, depth + 1) for p in itertools.product(levels, repeat=n)]
+
+
+def test_a_shared_privacy_button_marks_every_stream_it_is_on(tmp_path: Path) -> None:
+    """The decision for shared buttons: allowed, and one press reaches every stream that has the
+    button (ingest/stream.IngestHub.presses, what the daemon's buttons session acts on)."""
+    from streamguard.ingest.stream import IngestHub
+
+    settings = load_settings(_config(tmp_path, [_z2m("a", "hall", extra=BUTTON), _z2m("b", "kitchen", extra=BUTTON),
+                                                _z2m("c", "bedroom")]))
+    hub = IngestHub(settings)
+    try:
+        presses = hub.presses("zigbee2mqtt/privacy_button", b'{"action":"single"}', retain=False, now=1.0)
+    finally:
+        hub.close()
+    assert sorted(name for name, _ in presses) == ["a", "b"]
