@@ -212,6 +212,10 @@ def _check_family(k: int, n_cases: int, n_members: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     for _ in range(n_cases):
         P = rng.dirichlet(np.ones(k), size=k) * 0.6 + 0.4 * np.eye(k)
+        if rng.random() < 0.3:  # a transition that never happens (lower bounds 0: δ̄ may be 1)
+            i = int(rng.integers(k))
+            P[i, (i + 1) % k] = 0.0
+            P /= P.sum(axis=1, keepdims=True)
         rel = rng.uniform(0.02, 0.25)
         box = RowBox.of(P * (1 - rel), np.minimum(1.0, P * (1 + rel)))
         assert box is not None
@@ -228,18 +232,18 @@ def _check_family(k: int, n_cases: int, n_members: int, seed: int) -> None:
             assert exact.left <= certified.left and exact.right <= certified.right
 
 
-@pytest.mark.parametrize("k", [2, 3, 4])
-def test_random_windows_are_bounded_over_random_sets(k: int) -> None:
+@pytest.mark.parametrize("k, cases", [(2, 10), (3, 10), (4, 4)])  # (the evaluator's k = 4 sup is slow)
+def test_random_windows_are_bounded_over_random_sets(k: int, cases: int) -> None:
     """Random windows (reaching the first record under any or a stated law, or a stand-in at a
     random distance from it; restart gaps on either side) over random row-wise sets: the certified
     figure is ≥ the exact leakage (tests' evaluator) of every member tried, vertices included."""
-    _check_family(k, n_cases=10, n_members=6, seed=100 + k)
+    _check_family(k, n_cases=cases, n_members=6, seed=100 + k)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [2, 3, 4])
-def test_random_windows_are_bounded_over_random_sets_long(k: int) -> None:
-    _check_family(k, n_cases=200, n_members=20, seed=1000 + k)
+@pytest.mark.parametrize("k, cases", [(2, 200), (3, 150), (4, 40)])
+def test_random_windows_are_bounded_over_random_sets_long(k: int, cases: int) -> None:
+    _check_family(k, n_cases=cases, n_members=12, seed=1000 + k)
 
 
 def test_a_point_set_gives_the_exact_figure() -> None:

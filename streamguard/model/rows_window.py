@@ -135,7 +135,7 @@ class _Region:
         self._kinds: dict[Kind, Box2] = {}
 
     def _eta(self, n: int) -> float:
-        return self.dobrushin ** n * (1 + ROUND) if n < 100_000 else 0.0
+        return min(1.0, self.dobrushin ** n * (1 + ROUND))
 
     def _power(self, n: int) -> Box2:
         """E_n (module docstring), n ≤ POWER_STEPS."""
@@ -248,8 +248,17 @@ def _up(v: float) -> float:
     return v + ROUND * (1.0 + abs(v)) if math.isfinite(v) else v
 
 
+def _unbounded(box: RowBox) -> bool:
+    """Does the set hold a chain that may never leave a state, or never reach one (no spanning tree
+    into it: its stationary probability may be 0)? Its figures are then not bounded (fail closed)."""
+    return box.never_left() is not None or bool(np.any(tree_weights(box.hi) <= 0.0))
+
+
 def window_bound(box: RowBox, cases: Sequence[WindowCase]) -> Leakage:
-    """The certified bound over one (sub-)set: the largest over the cases, per pair the sides added."""
+    """The certified bound over one (sub-)set: the largest over the cases, per pair the sides added;
+    unbounded (fail closed) when some member may never leave a state or never reach one."""
+    if _unbounded(box):
+        return Leakage(math.inf, math.inf, math.inf)
     reg = _Region(box)
     k = box.k
     off = ~np.eye(k, dtype=bool)
@@ -306,6 +315,8 @@ def left_worst(box: RowBox, left_rows: NDArray[np.float64],
     """p ↦ a certified bound over the whole set (one interval bound, no search) of the left figure
     of the plan's ``left_rows`` for a mark p records after a first record (any law, or ``initial``):
     what audit/start.py ``start_hold`` decides the records held at a stream's start with."""
+    if _unbounded(box):
+        return lambda p: math.inf
     reg = _Region(box)
     H = left_rows.shape[0]
     off = ~np.eye(box.k, dtype=bool)
