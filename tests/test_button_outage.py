@@ -263,3 +263,26 @@ def _position_at(records: list[dict[str, Any]], t: float) -> int:
         assert r["position"] - ref["position"] == round((r["ts"] - ref["ts"]) / PERIOD)
     g = math.ceil(t / PERIOD - 1e-9) * PERIOD
     return int(ref["position"] + round((g - ref["ts"]) / PERIOD))
+
+
+async def test_a_streams_command_topic_is_read_with_its_button(mosquitto: Broker, tmp_path: Path) -> None:
+    """A stream held for its privacy button reads its command topic on the buttons' session: a
+    ``"now"`` command marks the newest step (source ``command``), like before; a bad one is counted."""
+    from ingest_harness import ingest_settings, retain, rig
+
+    ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
+              "values": {"true": "occupied", "false": "vacant"},
+              "button": {"preset": "zigbee2mqtt", "device": "privacy_button", "field": "action", "press": ["single"]}}
+    settings = ingest_settings(mosquitto.broker_config(), tmp_path, ingest, labels=["vacant", "occupied"],
+                               sample_period=1.0)
+    await retain(settings.broker, [("zigbee2mqtt/hall", '{"occupancy":true}')])
+    async with rig(settings, retained=1) as r:
+        assert r.daemon.hearings["s"].heard
+        for _ in range(3):
+            await r.tick()
+        await r.producer.publish("sg/ingest-test/s/cmd", b'{"private": "now"}', qos=1)
+        await r.producer.publish("sg/ingest-test/s/cmd", b'{"private": [1]}', qos=1)
+        await until(lambda: r.daemon.stats.commands >= 2, 10, "both commands handled")
+        marks = r.runtime.core.status()["open_marks"]
+        assert [(m["position"], m["source"]) for m in marks] == [(2, "command")]
+        assert r.runtime.counters.as_dict()["commands_rejected"] == {"bad-private": 1}

@@ -10,8 +10,9 @@ Tasks (DESIGN.md §6):
   ``…/<stream>/raw``: QoS 1 frames published while it is away (a broker or daemon restart) wait at
   the broker, and a frame is acknowledged only once handled (back-pressure; stream/transport.py).
 - **buttons**: with a mapped sensor's privacy button, a fourth connection (``<client id>-btn``, a
-  persistent session of its own) subscribed to the buttons' topics: presses published while it is
-  away wait at the broker (QoS 0 too, with ``queue_qos0_messages``). While a button cannot be
+  persistent session of its own) subscribed to the buttons' topics and to the command topics of the
+  streams held for them (instead of the input connection): presses published while it is away
+  wait at the broker (QoS 0 too, with ``queue_qos0_messages``). While a button cannot be
   heard, the steps it might mark are held and, unless the broker kept the session, decided as
   private (stream/vouch.py).
 - **publisher**: a third connection (``<client id>-pub``) draining the outbox in order, QoS 1.
@@ -64,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ..ingest.mapping import Press
 from ..ingest.stream import IngestHub, StepInput
 from ..ledger.events import AggregateEvent, DriftEvent, Event
 from ..ledger.odometer import OdometerCache
@@ -534,11 +536,13 @@ class Daemon:
 
     async def _input_session(self, t: Transport) -> None:
         """The input connection (persistent session, stream/transport.py: Sessions): each stream's
-        command topic and, for ``source = "mqtt"`` without ``ingest``, its raw topic. A message is
-        acknowledged once handled, so a stalled intake stops the broker instead of filling memory."""
+        command topic (but those of streams held for their privacy button: :meth:`_button_session`)
+        and, for ``source = "mqtt"`` without ``ingest``, its raw topic. A message is acknowledged
+        once handled, so a stalled intake stops the broker instead of filling memory."""
         routes: dict[str, tuple[str, bool]] = {}
         for rt in self.runtimes.values():
-            routes[rt.command_topic()] = (rt.name, True)
+            if rt.name not in self.hearings:
+                routes[rt.command_topic()] = (rt.name, True)
             if rt.cfg.source == "mqtt" and rt.cfg.ingest is None:
                 routes[rt.raw_topic()] = (rt.name, False)
         # Messages are handled while the subscriptions are made: a persistent session gets what
@@ -581,9 +585,11 @@ class Daemon:
     async def _button_session(self, t: Transport) -> None:
         """The privacy buttons' connection (``<client id>-btn``): a persistent session of its own,
         so that no backlog of raw frames shares its queue at the broker (``max_queued_messages``).
-        Every button topic and ``<base>/<device>/sentinel`` are subscribed (QoS 1), then
-        :meth:`_buttons_heard`; a press is handled as it comes (:meth:`_button_message`). When the
-        connection ends the buttons are no longer heard (stream/vouch.py)."""
+        Every button topic, the command topics of the streams held for their button (a command is
+        a press too) and ``<base>/<device>/sentinel`` are subscribed (QoS 1), then
+        :meth:`_buttons_heard`; a press is handled as it comes (:meth:`_button_message`,
+        :meth:`_command_message`). When the connection ends the buttons are no longer heard
+        (stream/vouch.py)."""
         sentinel = self.settings.topic("sentinel")
         consuming = asyncio.create_task(self._consume_buttons(t, sentinel), name="buttons-consume")
         confirming = asyncio.create_task(self._confirm_buttons(t, sentinel), name="buttons-confirm")
@@ -602,14 +608,18 @@ class Daemon:
 
     async def _consume_buttons(self, t: Transport, sentinel: str) -> None:
         """Handle the buttons' messages in order; the sentinel being waited for resolves its future."""
+        commands = {self.runtimes[name].command_topic(): name for name in self.hearings}
         async for msg in t.messages():
-            if msg.topic != sentinel:
+            if msg.topic in commands:
+                await self._command_message(commands[msg.topic], msg.payload)
+            elif msg.topic != sentinel:
                 await self._button_message(msg)
             elif (sent := self._sentinel) is not None and msg.payload == sent[0] and not sent[1].done():
                 sent[1].set_result(None)  # everything before it is handled
 
     async def _confirm_buttons(self, t: Transport, sentinel: str) -> None:
-        for topic in (*self.ingest.button_filters(), sentinel):
+        commands = [self.runtimes[name].command_topic() for name in self.hearings]
+        for topic in (*self.ingest.button_filters(), *commands, sentinel):
             await t.subscribe(topic)
         if self.hearings:  # (a periodic stream's button is not held for)
             await self._buttons_heard(t)
@@ -672,6 +682,18 @@ class Daemon:
                 await self._unvouched(name, marks)
             if not placed and (command := self.ingest.streams[name].press_received(now)) is not None:
                 await self.handle_command(name, command)
+
+    async def _command_message(self, name: str, data: bytes) -> None:
+        """A command to a stream held for its privacy button: ``{"private": "now"}`` is a press
+        without a time of its own (received while the button is not heard, it also marks every
+        unheard step: stream/vouch.py); a command naming a seq marks that record, wherever it comes."""
+        try:
+            now_press = json.loads(data).get("private") == "now"
+        except (ValueError, AttributeError, RecursionError):  # (the runtime rejects it, counted)
+            now_press = False
+        if now_press:
+            await self._unvouched(name, self.hearings[name].press(Press())[1])
+        await self.handle_command(name, data)
 
     async def _ingest_step(self, stream: str, data: StepInput, now: float) -> None:
         """A resampled stream's step (the grid): taken, and, while its privacy button is not heard,

@@ -21,8 +21,10 @@ no press of it can still come — only when every press published meanwhile reac
   published meanwhile may be lost. Those steps are *decided as private*: each is marked with source
   ``unvouched`` (ledger, privacy status and log say so), as if the button had been pressed there.
 
-This applies to resampled 3R streams (``sample_period`` without ``periodic``); a periodic stream's
-button, and the command topic, are read on the same session (queued alike) but not held for.
+This applies to resampled 3R streams (``sample_period`` without ``periodic``) with a button; their
+command topic is read on the buttons' session too, and ``{"private": "now"}`` is a press without a
+time of its own. A periodic stream's button (on the same session) and other streams' commands (on
+the persistent input session) are queued alike but not held for.
 
 While the button is not heard the privatizer decides nothing (``StreamPrivatizer.held``), so the
 records before the unheard steps stay undecided and a mark on any of them is on time (with a
