@@ -44,8 +44,10 @@ when its neighbours are already published); one older than the memory is reporte
 Not covered (README): a press the button's own client drops while the broker is unreachable
 (zigbee2mqtt's client queues it and sends it on reconnecting); a QoS 0 press published over a
 connection that is already dead but not yet seen to be (a silent network loss, found by the
-keepalive) — a QoS 1 press is resent to the session; and a broker that crashes (no clean shutdown)
-restores the session from its last save (``autosave_interval``) and forgets what it queued since.
+keepalive) — a QoS 1 press is resent to the session; a broker that crashes (no clean shutdown)
+restores the session from its last save (``autosave_interval``) and forgets what it queued since;
+and more than ``max_inflight_messages`` (100) presses queued in one outage with QoS 1 ones among
+them, which Mosquitto 2.0.11 may hold back behind the sentinel (docs/implementation.md: measured).
 """
 
 from __future__ import annotations
