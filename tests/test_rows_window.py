@@ -19,7 +19,7 @@ from true_world import true_leakage, worst_over_initial
 
 from streamguard.model.box_window import EXPLICIT_GAPS, LeftCase, RightCase, WindowCase
 from streamguard.model.calibrate import TransitionData
-from streamguard.model.krobust import RowBox
+from streamguard.model.krobust import CertifiedTable, RowBox, worst_over_rows
 from streamguard.model.modelset import from_calibration
 from streamguard.model.rows_window import certify_rows, window_bound
 
@@ -223,6 +223,15 @@ def _check_family(k: int, n_cases: int, n_members: int, seed: int) -> None:
         bound = window_bound(box, [case])
         certified = certify_rows(box, [case], max_boxes=6)
         assert certified.total <= bound.total + 1e-12
+        # the plan's certificate (a stationary worst case over the set) of a window with less
+        # redaction, as an on-time mark takes it: bound plus the drift of the law from π
+        assert case.left is not None and case.right is not None
+        thin = (case.left.rows * rng.uniform(size=case.left.rows.shape),
+                case.right.rows[:-1] * rng.uniform(size=case.right.rows[:-1].shape))
+        table = CertifiedTable(*thin, worst_over_rows(box, [thin], max_boxes=4).bound)
+        with_table = certify_rows(box, [case], max_boxes=6, table=table)
+        assert table.covers(case) == (not case.left.reaches and all(kd == (1, 1) for kd in
+                                                                    (*case.left.kinds, *case.right.kinds)))
         for i in range(n_members):
             Q = _member(box, rng, vertex=i % 2 == 0)
             assert np.all(Q >= box.lo - 1e-12) and np.all(Q <= box.hi + 1e-12)
@@ -230,6 +239,7 @@ def _check_family(k: int, n_cases: int, n_members: int, seed: int) -> None:
                      else worst_over_initial(Q, stream, p))
             assert exact.total <= certified.total, (k, Q, case)
             assert exact.left <= certified.left and exact.right <= certified.right
+            assert exact.total <= with_table.total
 
 
 @pytest.mark.parametrize("k, cases", [(2, 10), (3, 10), (4, 4)])  # (the evaluator's k = 4 sup is slow)

@@ -35,6 +35,7 @@ from ..audit.kstate import combine
 from ..chain import MarkovChain, ModelError
 from ..redaction.kplan import KStreamPlan, _stream_models, plan_kstream
 from ..redaction.plan import check_epsilon
+from .box_window import ONE, WindowCase
 from .kinterval import MAX_STATES, Vertices, law_ratio_bounds, left_bounds, right_bounds, stationary_vertices
 from .modelset import ModelSet
 from .robust import REL_TOL, RobustStreamPlan, WorstCase, _largest_certified, branch_and_bound, robust_stream_plan
@@ -117,6 +118,35 @@ class RowBox:
             if child is not None:
                 out.append(child)
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class CertifiedTable:
+    """A plan's window — its left and right rows outward, a released record beyond each — and
+    ``bound``, a certified bound over the whole set of its leakage in a *stationary* stream
+    (krobust.worst_over_rows, the robust plan's worst case)."""
+
+    left: NDArray[np.float64]
+    right: NDArray[np.float64]
+    bound: float
+
+    def covers(self, case: WindowCase) -> bool:
+        """Is the case a stream window with no restart inside and rows element-wise ≥ the table's
+        (a released record counts as a row of zeros)? More redaction is a post-processing of the
+        table's output (notes/000 §4.5), so its stationary leakage is at most the table's."""
+        if case.left is None or case.right is None or case.left.reaches:
+            return False
+        if any(kd != ONE for kd in (*case.left.kinds, *case.right.kinds)):
+            return False
+        return _dominates(case.left.rows, self.left) and _dominates(case.right.rows, self.right)
+
+
+def _dominates(rows: NDArray[np.float64], table: NDArray[np.float64]) -> bool:
+    n = max(rows.shape[0], table.shape[0])
+    pad = np.zeros((n, table.shape[1]))
+    a, b = pad.copy(), pad.copy()
+    a[: rows.shape[0]], b[: table.shape[0]] = rows, table
+    return bool(np.all(a >= b))
 
 
 def region(model_set: ModelSet) -> RowBox:
@@ -254,6 +284,11 @@ class RobustKStreamPlan:
         # ε, not the design budget ε': the marks are held to the certified budget (robust.evaluation_plan)
         return KStreamPlan(MarkovChain(P), self.epsilon, self.plan.design, self.plan.left, self.plan.right,
                            self.plan.weights)
+
+    def certified_table(self) -> CertifiedTable:
+        """The plan's window and its certified worst case (the privatizer's on-time marks)."""
+        (left, right), = kstream_windows(self.plan)
+        return CertifiedTable(left, right, self.worst.bound)
 
     def utility_cost(self) -> float | None:
         return None if self.point_expected_redacted is None else self.expected_redacted - self.point_expected_redacted

@@ -69,7 +69,7 @@ from ..audit.exact import Leakage
 from .box_window import ONE, Kind, LeftCase, RightCase, WindowCase
 from .kinterval import (_lp, law_ratio_bounds, left_bounds_steps, right_bounds, right_bounds_steps, stationary_vertices,
                         tree_weights)
-from .krobust import RowBox, reversed_box
+from .krobust import CertifiedTable, RowBox, reversed_box
 
 #: Outward relative rounding of the enclosures and of each reported figure (far above float error).
 ROUND = 1e-12
@@ -279,12 +279,30 @@ def _point(box: RowBox) -> RowBox:
     return RowBox(c, c.copy())
 
 
+def _from_table(box: RowBox, cases: Sequence[WindowCase], table: CertifiedTable | None) -> float:
+    """The table's certificate for the case plus the drift of the stand-in's law from π (module
+    docstring: L under a law ν ≤ L under π + the drift, pair by pair); +∞ when it does not apply."""
+    if table is None or len(cases) != 1 or not table.covers(cases[0]) or _unbounded(box):
+        return math.inf
+    left = cases[0].left
+    assert left is not None
+    n = len(left.kinds) + left.distance
+    off = ~np.eye(box.k, dtype=bool)
+    return _up(table.bound + float(_Region(box).drift(n)[off].max()))
+
+
 def certify_rows(box: RowBox, cases: Sequence[WindowCase], *, key: str = "total", target: float | None = None,
                  give_up_above: float | None = None, rel_tol: float = REL_TOL,
-                 max_boxes: int = MAX_SETS) -> Leakage:
+                 max_boxes: int = MAX_SETS, table: CertifiedTable | None = None) -> Leakage:
     """Certified bound over the row-wise set ``box`` of the window's leakage (``key``: which figure
     the search tightens, "total" or "left"); branch-and-bound as box_window.certify. The returned
-    figures are each the largest over the final partition."""
+    figures are each the largest over the final partition. ``table``: the plan's certificate — a
+    window it covers (:meth:`CertifiedTable.covers`) gets at most its bound plus the law's drift as
+    the total, without a search when that meets the target."""
+    shortcut = _from_table(box, cases, table) if key == "total" else math.inf
+    if shortcut < math.inf and (target is None or shortcut <= target):
+        lk = window_bound(box, cases)  # (the sides' own figures: one bound, no search)
+        return Leakage(min(lk.total, shortcut), lk.left, lk.right)
     cap = target if give_up_above is None else give_up_above
 
     def val(lk: Leakage) -> float:
@@ -307,7 +325,8 @@ def certify_rows(box: RowBox, cases: Sequence[WindowCase], *, key: str = "total"
             heapq.heappush(heap, (-val(lk), uid, child, lk))
             uid += 1
             count += 1
-    return Leakage(max(e[3].total for e in heap), max(e[3].left for e in heap), max(e[3].right for e in heap))
+    return Leakage(min(shortcut, max(e[3].total for e in heap)), max(e[3].left for e in heap),
+                   max(e[3].right for e in heap))
 
 
 def left_worst(box: RowBox, left_rows: NDArray[np.float64],

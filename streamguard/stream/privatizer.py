@@ -57,7 +57,7 @@ from ..audit.kstate import combine, right_pairs
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs, start_hold
 from ..chain import MarkovChain
 from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
-from ..model.krobust import RowBox
+from ..model.krobust import CertifiedTable, RowBox
 from ..model.rows_window import MAX_SETS, certify_rows, left_worst
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
@@ -277,6 +277,9 @@ class StreamPrivatizer:
     #: A k-state row-wise region of chains: every mark's figure is then certified over all of it
     #: (streamguard.model.rows_window), as over a binary box.
     region: RowBox | None = None
+    #: The plan's certificate over ``region`` (its window and worst case, krobust): an on-time mark
+    #: whose window it covers takes its bound (plus the law's drift) without a search.
+    region_table: CertifiedTable | None = None
     #: Called for each decided record with a seq, in order, as (phys, released state or None, row)
     #: — the drift guard. It may call :meth:`fail_closed`; the records of the same decision that
     #: follow are then settled as if decided after it (:meth:`_decide`).
@@ -632,7 +635,8 @@ class StreamPrivatizer:
         chains evaluated (the plan's and ``members``); with a ``box`` or a ``region``, the certified
         bound over it."""
         if self.region is not None:
-            return certify_rows(self.region, self._box_cases(p, left, right), target=self.plan.epsilon)
+            return certify_rows(self.region, self._box_cases(p, left, right), target=self.plan.epsilon,
+                                table=self.region_table)
         if self.box is not None:
             return certify(self.box, self._box_cases(p, left, right), target=self.plan.epsilon)
         worst = Leakage(0.0, 0.0, 0.0)

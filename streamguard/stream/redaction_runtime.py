@@ -136,7 +136,9 @@ class RedactionRuntime(StreamRuntime):
                                 members=self._members(),
                                 box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
                                 else None,
-                                region=region(self.model_set) if isinstance(self.robust, RobustKStreamPlan) else None)
+                                region=region(self.model_set) if isinstance(self.robust, RobustKStreamPlan) else None,
+                                region_table=self.robust.certified_table()
+                                if isinstance(self.robust, RobustKStreamPlan) else None)
 
     @property
     def warm_key(self) -> Hashable:
