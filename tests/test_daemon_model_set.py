@@ -34,7 +34,7 @@ async def test_daemon_runs_the_robust_plan_of_a_calibrated_model_set(mosquitto: 
     assert json.loads(cal.read_text().splitlines()[0])["ts"] > 1e9  # real epoch timestamps
     model = tmp_path / "MODEL.json"
     assert main(["calibrate", str(cal), "--labels", ",".join(LABELS), "--sample-period", "10",
-                 "--confidence", "0.99", "--out", str(model)]) == 0
+                 "--model-class", "homogeneous", "--confidence", "0.99", "--out", str(model)]) == 0
     ms = modelset.load(model)
     assert ms.calibration["transitions"] == 2999 and ms.contains(TRUE)  # (a 1 % event if it fails)
     robust = robust_stream_plan(ms, 1.0, design="optimal")

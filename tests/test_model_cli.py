@@ -31,14 +31,15 @@ def _recording(tmp_path: Path, n: int = 4000) -> Path:
 
 def test_calibrate_text_json_and_config(tmp_path, capsys):
     rec = _recording(tmp_path)
-    assert main(["calibrate", str(rec), "--labels", "off,on", "--sample-period", "60", "--out",
-                 str(tmp_path / "M.json")]) == 0
+    assert main(["calibrate", str(rec), "--labels", "off,on", "--sample-period", "60", "--model-class",
+                 "homogeneous", "--out", str(tmp_path / "M.json")]) == 0
     text = capsys.readouterr().out
     assert "unknown-state: 1" in text and "binary box" in text and "sideways" not in text
     conf = tmp_path / "c.toml"
     conf.write_text('device = "d"\n[broker]\nhost = "127.0.0.1"\n[[streams]]\nname = "s"\nlabels = ["off", "on"]\n'
                     'epsilon = 1.0\nsample_period = 60\n[streams.model]\nfile = "M.json"\n')
-    assert main(["calibrate", str(rec), "--config", str(conf), "--stream", "s", "--json"]) == 0
+    assert main(["calibrate", str(rec), "--config", str(conf), "--stream", "s", "--model-class", "homogeneous",
+                 "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     ms = modelset.from_json(doc)
     assert ms.box == modelset.load(tmp_path / "M.json").box  # the config gave the same states and period
@@ -49,7 +50,8 @@ def test_calibrate_text_json_and_config(tmp_path, capsys):
 
 def test_plan_and_audit_with_a_model_set(tmp_path, capsys):
     model = tmp_path / "M.json"
-    assert main(["calibrate", str(_recording(tmp_path)), "--labels", "off,on", "--out", str(model), "--json"]) == 0
+    assert main(["calibrate", str(_recording(tmp_path)), "--labels", "off,on", "--model-class", "homogeneous",
+                 "--out", str(model), "--json"]) == 0
     capsys.readouterr()
     ms = modelset.load(model)
     assert main(["plan", "--model", str(model), "--epsilon", "1", "--stream", "--json"]) == 0
@@ -121,7 +123,8 @@ def test_plan_model_stream_text_says_what_the_json_holds(tmp_path, capsys):
     certified worst case, the design member and horizons, and the point estimate's own plan over
     the set, flagged '> ε' exactly when its worst case exceeds ε."""
     model = tmp_path / "M.json"
-    assert main(["calibrate", str(_recording(tmp_path)), "--labels", "off,on", "--out", str(model), "--json"]) == 0
+    assert main(["calibrate", str(_recording(tmp_path)), "--labels", "off,on", "--model-class", "homogeneous",
+                 "--out", str(model), "--json"]) == 0
     capsys.readouterr()
     assert main(["plan", "--model", str(model), "--epsilon", "1", "--stream", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

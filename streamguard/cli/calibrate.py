@@ -1,5 +1,7 @@
-"""``streamguard calibrate``: a model set (MODEL.json) from recorded frames, with a simultaneous
-confidence region (streamguard.model; docs/model-sets.md)."""
+"""``streamguard calibrate``: a model (MODEL.json) from recorded frames, with a simultaneous
+confidence region (streamguard.model; docs/model-sets.md). By default the model class is chosen
+from the data (time-of-day blocks, drift, second order: :mod:`streamguard.model.select`) and the
+output is a set-chain; ``--model-class homogeneous`` gives the homogeneous first-order region."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..chain import ModelError
 from ..model.calibrate import read_transitions
-from ..model.modelset import ModelSet, from_calibration
+from ..model.modelset import ModelSet, from_calibration, write_model_json
+from ..model.select import Transitions, describe_fit, select_setchain
 from ..stream.records import StateMap
 from .common import CliError, read_text
 
@@ -89,11 +93,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise CliError("--sample-period must be > 0 seconds")
     if not 0.0 < args.confidence < 1.0:
         raise CliError("--confidence must lie strictly between 0 and 1")
+    if not 0.0 < args.test_level < 1.0:
+        raise CliError("--test-level must lie strictly between 0 and 1")
     path = Path(args.file)
+    auto = args.model_class == "auto"
+    if auto and period is None:
+        raise CliError("the default model class needs --sample-period (or --model-class homogeneous)")
     try:
-        data = read_transitions(path, states, period)
+        data = read_transitions(path, states, period, keep=auto)
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    if auto:
+        return _calibrate_setchain(args, data, states, period)
     ms = from_calibration(data, args.confidence, states.labels, {"file": path.name, "sample_period": period})
     if args.out:
         ms.write(Path(args.out))
@@ -106,6 +117,32 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate_setchain(args: argparse.Namespace, data: Any, states: StateMap, period: float) -> int:
+    """The default: a set-chain chosen by the tests of :mod:`streamguard.model.select`."""
+    labels = states.labels or tuple(f"bin{i}" for i in range(states.k))
+    try:
+        sc = select_setchain(Transitions.from_lists(data.trans_ts, data.trans), labels, period, args.confidence,
+                             level=args.test_level, utc_offset=args.utc_offset)
+    except ModelError as exc:
+        raise CliError(str(exc)) from None
+    assert sc.calibration is not None
+    sc.calibration.update({**data.as_dict(), "file": Path(args.file).name, "sample_period": period})
+    if args.out:
+        write_model_json(Path(args.out), sc.to_json())
+    if args.json:
+        print(json.dumps(sc.to_json()))
+        return 0
+    cal = sc.calibration
+    print(f"calibration of {cal['file']}: {cal['lines']} lines, {cal['steps']} steps with a reading, "
+          f"{cal['transitions']} transitions in {cal['segments']} run(s); {cal['gaps']} gap(s), "
+          f"{cal['duplicates']} redelivered, {cal['late']} late, {cal['malformed_total']} malformed\n")
+    print(describe_fit(sc))
+    if args.out:
+        print(f"\nset-chain written to {args.out} (kind 'setchain'; for the homogeneous model set of earlier "
+              "versions: --model-class homogeneous)")
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add ``calibrate`` to the command parser."""
     c = sub.add_parser("calibrate", help="estimate a stream's model set (MODEL.json) from recorded frames",
@@ -113,8 +150,13 @@ def register(sub: Any) -> None:
                        "{\"value\": …, \"ts\": …}, as the daemon reads them; real epoch timestamps; with "
                        "--sample-period a missing slot breaks the chain; malformed lines are counted) and "
                        "give the unsmoothed maximum-likelihood matrix and a simultaneous confidence region "
-                       "(mixture-martingale row sets, union bound over rows; docs/model-sets.md). Little "
-                       "data gives a wide region, not a refusal.")
+                       "(mixture-martingale row sets, union bound over rows; docs/model-sets.md). By "
+                       "default the model class is chosen from the data: time-of-day blocks, drift "
+                       "between days and second-order dependence are each kept or dropped by a G-test "
+                       "(--test-level), and the output is a set-chain whose per-block row sets cover "
+                       "what was kept (docs/model-sets.md §7); a recording that does not cover every "
+                       "hour on two days is refused. --model-class homogeneous gives the earlier "
+                       "homogeneous region (little data: a wide region, not a refusal).")
     c.add_argument("file", help="JSON lines of frames (or a stream's recorded steps)")
     c.add_argument("--labels", help="state labels, comma-separated (state 0 first)")
     c.add_argument("--bins", help="numeric bin edges, comma-separated (k+1 increasing edges)")
@@ -122,6 +164,13 @@ def register(sub: Any) -> None:
     c.add_argument("--stream", help="… for this stream")
     c.add_argument("--sample-period", type=float, help="seconds between steps; frames are placed on this grid")
     c.add_argument("--confidence", type=float, default=0.99, help="level of the simultaneous region (default 0.99)")
+    c.add_argument("--model-class", choices=("auto", "homogeneous"), default="auto",
+                   help="auto (default): chosen by the tests, a set-chain; homogeneous: one first-order chain's "
+                   "region (earlier versions' output)")
+    c.add_argument("--test-level", type=float, default=0.05,
+                   help="level of each model-selection test (default 0.05; a lower level keeps fewer effects)")
+    c.add_argument("--utc-offset", type=float, default=0.0, metavar="SECONDS",
+                   help="local clock = UTC + SECONDS, for the time-of-day blocks (default 0)")
     c.add_argument("--out", metavar="MODEL.json", help="write the model set here (created private)")
     c.add_argument("--json", action="store_true", help="print the model set as one JSON object")
     c.set_defaults(func=cmd_calibrate)

@@ -49,6 +49,11 @@ class TransitionData:
     duplicates: int = 0
     late: int = 0
     malformed: Counter[str] = field(default_factory=Counter)
+    #: With ``keep=True``: one row per counted transition, (ts of its source step, state two steps
+    #: back or −1 when that step had no reading, source state, target state) — what model
+    #: selection (:mod:`.select`) tests; not part of :meth:`as_dict`.
+    trans_ts: list[float] = field(default_factory=list)
+    trans: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def transitions(self) -> int:
@@ -61,11 +66,15 @@ class TransitionData:
                 "malformed_total": sum(self.malformed.values())}
 
 
-def read_transitions(path: Path, states: StateMap, sample_period: float | None = None) -> TransitionData:
-    """Transition counts of a calibration file (module docstring)."""
+def read_transitions(path: Path, states: StateMap, sample_period: float | None = None,
+                     keep: bool = False) -> TransitionData:
+    """Transition counts of a calibration file (module docstring); with ``keep``, also each
+    transition with its time and the state before its source (``trans_ts``/``trans``)."""
     data = TransitionData(np.zeros((states.k, states.k), dtype=np.int64))
     tracker = StepTracker(sample_period, max_missing=1)
     prev: int | None = None
+    prev2: int | None = None  # the reading before ``prev`` in the same run
+    prev_ts = 0.0
     phys = 0
     with open(path, "rb") as fh:
         for line in fh:
@@ -100,7 +109,13 @@ def read_transitions(path: Path, states: StateMap, sample_period: float | None =
             data.steps += 1
             if prev is None:
                 data.segments += 1
+                prev2 = None
             else:
                 data.counts[prev, rec.state] += 1
+                if keep:
+                    data.trans_ts.append(prev_ts)
+                    data.trans.append((-1 if prev2 is None else prev2, prev, rec.state))
+                prev2 = prev
             prev = rec.state
+            prev_ts = ts if ts is not None else 0.0
     return data

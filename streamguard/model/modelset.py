@@ -155,13 +155,18 @@ class ModelSet:
         return doc
 
     def write(self, path: Path) -> None:
-        """Write MODEL.json (created private: it describes the sensor's behaviour)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.unlink(missing_ok=True)
-        private_file(tmp)  # created 0600 before anything is written
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        tmp.replace(path)
+        """Write MODEL.json (:func:`write_model_json`)."""
+        write_model_json(path, self.to_json())
+
+
+def write_model_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write a MODEL.json document (created private: it describes the sensor's behaviour)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    private_file(tmp)  # created 0600 before anything is written
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
 
 
 def _matrix(doc: Any, what: str) -> MarkovChain:
@@ -179,7 +184,11 @@ def _range(doc: dict[str, Any], name: str) -> tuple[float, float]:
 
 
 def from_json(doc: Any) -> ModelSet:
-    """Parse a MODEL.json document (ModelError with a one-line reason on anything malformed)."""
+    """Parse a MODEL.json document (ModelError with a one-line reason on anything malformed). A
+    set-chain (``calibrate``'s default, :mod:`.setchain`) is not a model set: refused by name."""
+    if isinstance(doc, dict) and doc.get("kind") == "setchain":
+        raise ModelError("model set: this is a time-of-day set-chain (kind 'setchain', calibrate's default), "
+                         "which this use does not accept; calibrate with --model-class homogeneous for it")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelError(f"model set: not a {FORMAT} document")
     kind = doc.get("kind")
