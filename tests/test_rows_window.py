@@ -287,3 +287,51 @@ def test_all_redacted_to_a_first_record_redacted_surely(initial) -> None:
         exact = worst_over_initial(Q, stream, 3) if initial is None else true_leakage(Q, np.array(initial), stream, 3)
         assert exact.left > 0.05  # the output does leak
         assert exact.left <= got.left
+
+
+def test_marks_across_a_restart_are_bounded_over_the_region() -> None:
+    """A daemon restart: an unknown gap G ≥ 0 of unseen readings, or a sensor that restarted too,
+    separates the decided records from the new ones. Marks right after it are certified over the
+    region (every hypothesis): each figure is ≥ the tests' evaluator under members of the region for
+    G ∈ {0, 1, 2, 3, 5, 8, 13, 40} (unseen readings: rows of ones) and for a restarted sensor (a new
+    stream with any law), and an honoured mark is ≤ ε."""
+    from streamguard.chain import MarkovChain
+    from streamguard.redaction.kplan import plan_kstream
+    from streamguard.sampling import SeededSource
+    from streamguard.stream.privatizer import StreamPrivatizer
+
+    rng = np.random.default_rng(11)
+    P = np.array([[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.1, 0.2, 0.7]])
+    box = RowBox.of(P * 0.97, np.minimum(1.0, P * 1.03))
+    assert box is not None
+    plan = plan_kstream(MarkovChain(P), 1.5, design="exact", split="even")
+    first = StreamPrivatizer(plan, SeededSource(1), region=box)
+    x, n1 = 0, 40
+    for t in range(n1):
+        first.accept(x, float(t), now=float(t))
+        x = int(rng.choice(3, p=P[x]))
+    first.drain()
+    before = {int(d[0]): tuple(d[1:]) for d in first.last_decisions}
+    second = StreamPrivatizer(plan, SeededSource(2), first_seq=first.next_seq, first_phys=first.next_phys,
+                              decided=dict(before), restarted=True, region=box)
+    n2 = 40
+    for t in range(n2):
+        second.accept(x, float(n1 + t), now=float(n1 + t), private=t in (1, 4))
+        x = int(rng.choice(3, p=P[x]))
+    second.drain()
+    after = {int(d[0]): tuple(d[1:]) for d in second.last_decisions}
+    old = np.array([before[t] for t in range(n1)])
+    new = np.array([after[t] for t in range(n1, n1 + n2)])
+    marks = list(second.finished)
+    assert len(marks) == 2
+    members = [_member(box, rng, vertex=i % 2 == 0) for i in range(4)]
+    for mk in marks:
+        p = mk.phys - n1  # its position after the boundary
+        worst = max(worst_over_initial(Q, new, p).total for Q in members)  # a restarted sensor
+        for G in (0, 1, 2, 3, 5, 8, 13, 40):
+            stream = np.vstack([old, np.ones((G, 3)), new])
+            worst = max(worst, max(worst_over_initial(Q, stream, n1 + G + p).total for Q in members))
+        assert worst > 0.05
+        assert mk.leakage is not None and mk.leakage.total >= worst
+        if mk.honoured:
+            assert mk.leakage.total <= 1.5 + 1e-12
