@@ -1,0 +1,196 @@
+"""Certified leakage bounds over time-varying Markov set-chains (docs/time-varying.md; issue 25).
+
+Process class (docs/time-varying.md §1, class A). X_0, X_1, … with X_{t+1} ~ K_t(X_t, ·), each
+K_t in the row-wise set S_t = {lo_t ≤ K ≤ hi_t, rows sum to 1} of its step (its time-of-day block,
+:class:`.setchain.SetChain`), chosen anew at every step — as any function of the clock, of
+exogenous randomness and of the *published* output so far — and any law of the chain far enough
+back. Time-of-day variation and drift inside the sets are members. (A kernel that depends on
+*hidden* states after p is not: it can carry X_p into every later released record, and no finite
+window bounds that — §4 of the page.)
+
+The bound, for redaction rows r (Pr(⊥ | x) per record) around the private record p with Y_p = ⊥
+and every ordered pair a ≠ b:
+
+    log Pr(y | X_p=a)/Pr(y | X_p=b) = log g(a)/g(b)            (left posterior odds, forward)
+                                     + log Pr(X_p=b)/Pr(X_p=a)  (prior odds: law of X_p)
+                                     + log w(a)/w(b)            (right, backward)
+
+for the kernel sequence the process used on that output (fixed given y); each term is bounded
+over every sequence in the per-step sets, separately (docs/time-varying.md §2):
+
+- left: :func:`.kinterval.left_bounds_steps` with the sets of the left steps (the forward vector of
+  any hidden-history-dependent choice is the forward vector of one Markov sequence: its rows are
+  convex mixtures of rows of the set);
+- prior: the law of X_p is νK_{p−N}⋯K_{p−1} for *any* law ν at p − N; a ratio of linear functions
+  of ν is largest at a vertex e_x, so the bound is that of the left event "release x at distance N"
+  through N always-redacted steps (:func:`prior_odds_bound`), minimised over N (each N is valid);
+- right: :func:`.kinterval.right_bounds_steps` with the sets of the right steps.
+
+Rounding: the propagated boxes are widened outward by kinterval.WIDEN per step; the sum is raised
+by ``ROUND`` · (1 + |figure|) (:func:`_up`), far above the float error of the few additions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .kinterval import left_bounds_steps, right_bounds_steps
+
+#: Relative outward rounding of a reported figure (see module docstring).
+ROUND = 1e-9
+
+Arr = NDArray[np.float64]
+
+
+def _up(v: float) -> float:
+    return v if math.isinf(v) else v + ROUND * (1.0 + abs(v))
+
+
+def _c(a: Arr) -> Arr:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _grid(n: int) -> list[int]:
+    """Horizons tried for the prior bound: 1..16, then doubling, then ``n`` itself."""
+    out = list(range(1, min(n, 16) + 1))
+    h = 32
+    while h < n:
+        out.append(h)
+        h *= 2
+    if n > 16:
+        out.append(n)
+    return out
+
+
+def prior_odds_bound(klo: Arr, khi: Arr) -> Arr:
+    """(k, k) bound, entry [a, b], on log Pr(X_p = b)/Pr(X_p = a) over every law ν of X_{p−N} and
+    every kernel sequence in the sets. ``klo[j − 1]``/``khi[j − 1]`` (N, k, k): step j *backwards*,
+    from X_{p−j} to X_{p−j+1}. The bound for each horizon n ≤ N is valid (any law at p − n), so the
+    entrywise minimum over a grid of horizons is returned. N = 0: +∞ off the diagonal."""
+    n, k = klo.shape[0], klo.shape[1]
+    best = np.full((k, k), math.inf)
+    np.fill_diagonal(best, 0.0)
+    for h in _grid(n):
+        out = left_bounds_steps(_c(klo[:h]), _c(khi[:h]), np.ones((h - 1, k)), True)
+        best = np.minimum(best, out.T)
+    return best
+
+
+def left_term(klo: Arr, khi: Arr, rows: Arr, *, standin: bool, prior: Arr) -> Arr:
+    """(k, k) bound, entry [a, b], on the left side's log Pr(y_ℓ | X_p=a)/Pr(y_ℓ | X_p=b):
+    posterior odds (:func:`.kinterval.left_bounds_steps`) plus the prior bound ``prior``
+    (:func:`prior_odds_bound`). ``rows`` (m, k): Pr(⊥ | x) at distances 1..m; ``standin``: a record
+    released surely lies at distance m + 1 (a stream; m + 1 steps in ``klo``), otherwise the record
+    at distance m is the first of the stream (m steps; any law there — its row is treated as a
+    release, every value an event, which covers the all-redacted output: a ratio of linear
+    functions of the first record's law is largest at a vertex). m = 0: no left side, 0."""
+    k = klo.shape[1]
+    m = rows.shape[0]
+    if m == 0 and not standin:
+        return np.zeros((k, k))
+    r = _c(rows).copy()
+    if not standin:
+        r[m - 1] = 0.0
+    post = left_bounds_steps(_c(klo), _c(khi), r, standin)
+    out = post + prior
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def right_term(klo: Arr, khi: Arr, rows: Arr, *, ends: bool) -> Arr:
+    """(k, k) bound, entry [a, b], on log Pr(y_r | X_p=a)/Pr(y_r | X_p=b) (:func:`.kinterval.
+    right_bounds_steps`). ``rows`` (m, k) at distances 1..m; ``ends``: the stream (chain) ends at
+    distance m; otherwise pass a released row of zeros last (the records beyond)."""
+    k = klo.shape[1]
+    if rows.shape[0] == 0:
+        return np.zeros((k, k))
+    return right_bounds_steps(_c(klo), _c(khi), _c(rows), ends)
+
+
+def total(left: Arr, right: Arr) -> float:
+    """max over a ≠ b of left[a, b] + right[a, b], rounded outward."""
+    s = left + right
+    np.fill_diagonal(s, -math.inf)
+    return _up(float(np.max(s)))
+
+
+def chain_bound(klo: Arr, khi: Arr, rows: Arr, p: int) -> float:
+    """Certified bound on the leakage about X_p of the emission table ``rows`` (n, k) of a finite
+    chain of n records (row p ignored: Y_p = ⊥) over the set-chain with step sets ``klo[t]``,
+    ``khi[t]`` (n − 1, k, k; step t from X_t to X_{t+1}), any law of X_0."""
+    n, k = rows.shape
+    left_steps = slice(p - 1, None, -1) if p > 0 else slice(0, 0)
+    llo, lhi = klo[left_steps], khi[left_steps]  # step j back = kernel t = p − j
+    prior = prior_odds_bound(llo, lhi) if p > 0 else np.zeros((k, k))
+    L = left_term(llo, lhi, rows[p - 1::-1] if p > 0 else rows[:0], standin=False, prior=prior)
+    R = right_term(klo[p:], khi[p:], rows[p + 1:], ends=True)
+    return total(L, R)
+
+
+def tight_bounds(lo: Arr, hi: Arr) -> tuple[Arr, Arr]:
+    """Entry bounds of the row-wise set (..., k, k) tightened by the simplex: hi' = min(hi, 1 − Σ_{other} lo),
+    lo' = max(lo, 1 − Σ_{other} hi) (every member's entries lie in [lo', hi'])."""
+    lo_t = np.maximum(lo, 1.0 - (hi.sum(axis=-1, keepdims=True) - hi))
+    hi_t = np.minimum(hi, 1.0 - (lo.sum(axis=-1, keepdims=True) - lo))
+    return np.clip(lo_t, 0.0, 1.0), np.clip(hi_t, 0.0, 1.0)
+
+
+def diameters(klo: Arr, khi: Arr) -> Arr:
+    """Per step set (n, k, k), an upper bound on Birkhoff's projective diameter of its members,
+    Δ(K) = max log K_sa K_tb/(K_sb K_ta) ≤ max log hi'_sa hi'_tb/(lo'_sb lo'_ta) (rows chosen
+    independently); +∞ when some entry may be 0. Rounded outward."""
+    lo, hi = tight_bounds(klo, khi)
+    with np.errstate(divide="ignore"):
+        lhi, llo = np.log(hi), np.log(lo)
+    # max over (s, a) of log hi − min over ... : Δ ≤ max_{s,a,b} (lhi_sa − llo_sb) + max_{t,a,b} (lhi_tb − llo_ta)
+    d = lhi[..., :, :, None] - llo[..., :, None, :]  # [n, s, a, b]
+    m = d.max(axis=(-3, -2, -1))
+    return np.where(np.isfinite(m), 2.0 * m * (1.0 + 1e-12) + 1e-15, math.inf)
+
+
+def column_spreads(klo: Arr, khi: Arr) -> Arr:
+    """Per step set, max over columns x of log max_s K_sx / min_s K_sx ≤ log max_s hi'_sx − log min_s lo'_sx."""
+    lo, hi = tight_bounds(klo, khi)
+    with np.errstate(divide="ignore"):
+        m = (np.log(hi.max(axis=-2)) - np.log(lo.min(axis=-2))).max(axis=-1)
+    return np.where(np.isfinite(m), m * (1.0 + 1e-12) + 1e-15, math.inf)
+
+
+def _contractions(diam: Arr) -> Arr:
+    """Birkhoff's coefficient τ = tanh(Δ/4) per step (1 for Δ = ∞), rounded up."""
+    return np.minimum(1.0, np.tanh(diam / 4.0) * (1.0 + 1e-12))
+
+
+def window_terms(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr,
+                 prior: Arr, L: int, R: int) -> tuple[Arr, Arr]:
+    """Left and right (k, k) bounds of the stream window plan that redacts [p − L, p + R] surely and
+    releases every other record. ``klo_left[j − 1]``: step j backwards (X_{p−j} → X_{p−j+1}), at
+    least L + 1 of them; ``klo_right[j − 1]``: step j forwards (X_{p+j−1} → X_{p+j}), at least R + 1.
+
+    Each side is the smaller of the box bound (module docstring) and the Birkhoff bound
+    (docs/time-varying.md §3): the left ratio is at most the Hilbert distance of two rows of the
+    product K_{p−L−1}⋯K_{p−1}, ≤ Δ_{L+1} · Π_{j ≤ L} τ_j; the right ratio at most the Hilbert
+    distance of a column of K_p⋯K_{p+R} from the ones vector, ≤ c_{R+1} · Π_{j ≤ R} τ_j (c: column
+    spread). The Birkhoff left bound needs the same kernel sequence for the posterior and the prior
+    odds: an oblivious sequence (class A0 of the page)."""
+    k = klo_left.shape[1]
+    left = left_term(klo_left[:L + 1], khi_left[:L + 1], np.ones((L, k)), standin=True, prior=prior)
+    right = right_term(klo_right[:R + 1], khi_right[:R + 1], np.vstack([np.ones((R, k)), np.zeros((1, k))]),
+                       ends=False)
+    dl = diameters(klo_left[:L + 1], khi_left[:L + 1])
+    bl = float(dl[L] * np.prod(_contractions(dl[:L]))) if np.isfinite(dl[L]) else math.inf
+    dr = diameters(klo_right[:R + 1], khi_right[:R + 1])
+    cr = column_spreads(klo_right[R:R + 1], khi_right[R:R + 1])[0]
+    br = float(cr * np.prod(_contractions(dr[:R]))) if np.isfinite(cr) else math.inf
+    off = ~np.eye(k, dtype=bool)
+    left = np.where(off, np.minimum(left, bl * (1.0 + 1e-12)), 0.0)
+    right = np.where(off, np.minimum(right, br * (1.0 + 1e-12)), 0.0)
+    return left, right
+
+
+def window_bound(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr, prior: Arr, L: int, R: int) -> float:
+    """Certified leakage bound of the window plan [p − L, p + R] (:func:`window_terms`)."""
+    return total(*window_terms(klo_left, khi_left, klo_right, khi_right, prior, L, R))
