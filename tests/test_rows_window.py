@@ -141,9 +141,10 @@ def issue_run(tmp_path_factory):
 @pytest.mark.parametrize("p", [16, 100])
 def test_the_issue_marks_are_at_least_every_chain_of_the_region(issue_run, p: int) -> None:
     """Before the fix the daemon evaluated a mark under three members (worst found, point estimate,
-    stickiest) and held it to the design budget: both marks reported 0.5681 nats while chains inside
-    the 99 % region leak 0.622 (mark 16) and 0.615 (mark 100) about them (the issue's figures). Now
-    each figure is ≥ the largest leakage found in the region, and an honoured mark is ≤ ε."""
+    stickiest) and held it to the design budget ε' = 0.5681: both marks reported 0.5681 nats while
+    chains inside the 99 % region leak 0.622 (mark 16) and 0.615 (mark 100) about them (the issue's
+    figures). Now each figure is ≥ the largest leakage found in the region, and an honoured mark is
+    ≤ ε."""
     region, used, marks = issue_run
     mark = marks[p]
     found = adversarial_max(region, lambda P: worst_over_initial(P, used, p).total, np.random.default_rng(p),
