@@ -152,7 +152,7 @@ def register(sub: Any) -> None:
                        "give the unsmoothed maximum-likelihood matrix and a simultaneous confidence region "
                        "(mixture-martingale row sets, union bound over rows; docs/model-sets.md). By "
                        "default the model class is chosen from the data: time-of-day blocks, drift "
-                       "between days and second-order dependence are each kept or dropped by a G-test "
+                       "between days and second-order dependence are each kept or dropped by an X² test "
                        "(--test-level), and the output is a set-chain whose per-block row sets cover "
                        "what was kept (docs/model-sets.md §7); a recording that does not cover every "
                        "hour on two days is refused. --model-class homogeneous gives the earlier "

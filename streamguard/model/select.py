@@ -5,9 +5,12 @@ each by a stated likelihood-ratio (G) test at level ``level``, and cover every d
 set-chain (:class:`.setchain.SetChain`: per time-of-day block, a row-wise box of kernels, chosen
 anew at every step and possibly depending on the past).
 
-Tests (G = 2 Σ n log(n / E) / q, q Williams' correction, asymptotically χ² with the stated degrees
-of freedom; a row only counts where it has data; over-dispersion of dependent counts can only make
-a test reject more often, i.e. keep an effect and cover more):
+Tests (Pearson's X² for homogeneity of count tables, referred to χ² with the stated degrees of
+freedom; a row only counts where it has data). X² rather than the likelihood-ratio G: on a
+homogeneous chain (200 seeds, below) G kept false effects in 7.5–10.5 % of recordings at level
+0.05 and X² in 4.5–7.5 %; on the sparse real tables X² is the larger statistic (keeps effects:
+covers more). Over-dispersion of dependent counts can only make a test reject more often, i.e.
+keep an effect and cover more:
 
 1. **second order**, inside each hour of the day (so that time-of-day variation is not taken for
    it): P(x_t | x_{t−1} = b, x_{t−2} = a) against P(x_t | b), one row per a. When it is kept, the
@@ -15,14 +18,15 @@ a test reject more often, i.e. keep an effect and cover more):
    would otherwise show as spurious variation between hours and days).
 2. **time of day** (24 h cycle, local clock = ts + ``utc_offset``): one row pooled over hours
    against one per hour. Kept → blocks: adjacent hours (on the circle) are merged greedily, the
-   pair whose two-sample G-test has the largest p-value first, while that p-value is ≥ ``level``
+   pair whose two-sample X² test has the largest p-value first, while that p-value is ≥ ``level``
    (a block with fewer than ``min_block_transitions`` transitions is merged whatever the test).
    Dropped → one block.
 3. **drift between days**: inside each block, per row, one row against one per calendar day
    (local clock).
 
 Measured on a homogeneous chain (α = 0.05, β = 0.2, 14 days of 60 s steps, 200 seeds, level 0.05):
-each test keeps its effect in 6.5–7 % of the recordings; more than one block in 6.5 %.
+the tests keep a false effect in 6 % (time of day), 7.5 % (drift), 4.5 % (second order) of the
+recordings; more than one block in 6 %.
 
 Sets. Each block's row b is the hull (entrywise [min lo, max hi]) of the confidence sets of its
 *cells*: one cell when neither drift nor second order is kept; with drift, consecutive days
@@ -84,7 +88,7 @@ class Transitions:
 
 @dataclass(frozen=True)
 class Test:
-    """One G-test: statistic, degrees of freedom, p-value and whether the effect is kept."""
+    """One X² test: statistic, degrees of freedom, p-value and whether the effect is kept."""
 
     name: str
     g: float
@@ -93,26 +97,21 @@ class Test:
     kept: bool
 
     def as_dict(self) -> dict[str, Any]:
-        return {"test": self.name, "G": self.g, "df": self.df, "p": self.p,
+        return {"test": self.name, "X2": self.g, "df": self.df, "p": self.p,
                 "decision": "kept" if self.kept else "dropped"}
 
 
-def g_statistic(table: NDArray[np.int64]) -> tuple[float, int]:
-    """G and its degrees of freedom for homogeneity of the rows of a (groups × k) count table:
-    G = 2 Σ n_gj log(n_gj / (n_g· n_·j / n_··)); df = (groups with data − 1)(columns with data − 1)."""
+def chi2_statistic(table: NDArray[np.int64]) -> tuple[float, int]:
+    """Pearson's X² and its degrees of freedom for homogeneity of the rows of a (groups × k) count
+    table: X² = Σ (n_gj − E_gj)² / E_gj, E_gj = n_g· n_·j / n_··; df = (groups with data − 1)
+    (columns with data − 1)."""
     t = np.asarray(table, dtype=np.float64)
     t = t[t.sum(axis=1) > 0]
     t = t[:, t.sum(axis=0) > 0]
     if t.shape[0] < 2 or t.shape[1] < 2:
         return 0.0, 0
-    n = t.sum()
-    rows, cols = t.sum(axis=1), t.sum(axis=0)
-    expected = rows[:, None] * cols[None, :] / n
-    nz = t > 0
-    g = 2.0 * float(np.sum(t[nz] * np.log(t[nz] / expected[nz])))
-    df = (t.shape[0] - 1) * (t.shape[1] - 1)
-    q = 1.0 + (n * np.sum(1.0 / rows) - 1.0) * (n * np.sum(1.0 / cols) - 1.0) / (6.0 * n * df)  # Williams
-    return max(g / q, 0.0), df
+    expected = t.sum(axis=1)[:, None] * t.sum(axis=0)[None, :] / t.sum()
+    return float(np.sum((t - expected) ** 2 / expected)), (t.shape[0] - 1) * (t.shape[1] - 1)
 
 
 def _p_value(g: float, df: int) -> float:
@@ -122,8 +121,8 @@ def _p_value(g: float, df: int) -> float:
 
 
 def _rows_test(tables: list[NDArray[np.int64]]) -> tuple[float, int]:
-    """Sum of the G statistics (and df) of several (groups × k) tables (rows × blocks)."""
-    gs = [g_statistic(t) for t in tables]
+    """Sum of the X² statistics (and df) of several (groups × k) tables (rows × blocks)."""
+    gs = [chi2_statistic(t) for t in tables]
     return sum(g for g, _ in gs), sum(d for _, d in gs)
 
 
@@ -307,7 +306,7 @@ def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: flo
         not_covered.append("second-order dependence (not detected)")
     calibration = {
         "model_class": "setchain", "test_level": level, "confidence": confidence,
-        "method": "G-tests at the stated level; per-cell mixture-martingale row sets (Dirichlet ½) at "
+        "method": "Pearson X² tests at the stated level; per-cell mixture-martingale row sets (Dirichlet ½) at "
                   "δ / cells, union bound; a row's set is the hull of its cells' sets",
         "tests": [t.as_dict() for t in (tod, drift, second)], "merges": merges,
         "cells": n_cells, "delta_per_cell": delta_cell, "min_visits": min_visits,
@@ -335,7 +334,7 @@ def describe_fit(sc: SetChain) -> str:
     cal = sc.calibration or {}
     lines = [f"model class chosen from the data (tests at level {cal.get('test_level')}):"]
     for t in cal.get("tests", []):
-        lines.append(f"  {t['test']}: G = {t['G']:.1f}, df = {t['df']}, p = {t['p']:.3g} → {t['decision']}")
+        lines.append(f"  {t['test']}: X² = {t['X2']:.1f}, df = {t['df']}, p = {t['p']:.3g} → {t['decision']}")
     lines.append(f"blocks (local time; simultaneous {cal.get('confidence'):g} confidence over "
                  f"{cal.get('cells')} cell set(s)):")
     for blk in cal.get("blocks", []):
