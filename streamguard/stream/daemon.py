@@ -57,6 +57,7 @@ import math
 import os
 import secrets
 import sqlite3
+import stat
 import sys
 import time
 from collections import deque
@@ -75,7 +76,7 @@ from ..sampling import bit_source
 from .hass import Discovery
 from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox, Row
 from .privatizer import Mark
-from .records import Rejection
+from .records import MAX_BATCH_BYTES, MAX_FRAME_BYTES, Rejection
 from .publisher import Publisher
 from .redaction_runtime import RedactionRuntime
 from .runtime import Resume, StreamRuntime
@@ -1164,9 +1165,53 @@ async def _stop_tasks(tasks: list[asyncio.Task[Any]], timeout: float) -> None:
         log.error("shutdown: task(s) %s did not stop when cancelled", ", ".join(sorted(t.get_name() for t in pending)))
 
 
+#: Bytes of a standard-input line kept: a longer line is refused as oversize either way
+#: (records.py), and the rest of it is read and dropped, so a line without end costs bounded memory.
+STDIN_LINE_LIMIT = max(MAX_FRAME_BYTES, MAX_BATCH_BYTES) + 1
+STDIN_CHUNK = 65536
+
+
 async def stdin_frames(stream: str) -> AsyncIterator[tuple[str, bytes]]:
     """Raw JSON lines from standard input (a pipe or a file), as frames of ``stream``."""
-    while line := await asyncio.to_thread(sys.stdin.buffer.readline):
-        data = line.rstrip(b"\r\n")
+    async for line in _lines(_stdin_chunks()):
+        data = line.rstrip(b"\r")
         if data:
             yield stream, data
+
+
+async def _stdin_chunks() -> AsyncIterator[bytes]:
+    """Standard input's bytes as they come, until its end. A pipe, socket or terminal is read by the
+    event loop itself: no thread sits blocked in ``read``, so a stop with the writer's end still
+    open is not held up (issue 28: before, SIGTERM never completed). Anything else (a regular
+    file, /dev/null) never waits for a writer and is read in a worker thread."""
+    fd = sys.stdin.fileno()
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
+        while chunk := await asyncio.to_thread(os.read, fd, STDIN_CHUNK):
+            yield chunk
+        return
+    reader = asyncio.StreamReader(limit=STDIN_CHUNK)
+    # (a duplicate: closing the transport leaves descriptor 0 itself alone)
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), open(os.dup(fd), "rb", buffering=0))
+    try:
+        while chunk := await reader.read(STDIN_CHUNK):
+            yield chunk
+    finally:
+        transport.close()
+
+
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The newline-separated lines of ``chunks`` (the last one may end without a newline), each cut
+    to its first ``STDIN_LINE_LIMIT`` bytes."""
+    part = bytearray()
+    async for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            part += chunk[start:min(end, start + STDIN_LINE_LIMIT - len(part))]
+            yield bytes(part)
+            part.clear()
+            start = end + 1
+        part += chunk[start:min(len(chunk), start + STDIN_LINE_LIMIT - len(part))]
+    if part:
+        yield bytes(part)
