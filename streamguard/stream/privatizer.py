@@ -585,9 +585,13 @@ class StreamPrivatizer:
         reaches = p - m == first
         steps = m if reaches else m + 1
         j = p - b + 1 if b is not None and G else None  # the step from p−j (before b) into b
-        t0 = p - m - 1  # the released stand-in; its distance from the latest possible start
+        # the released stand-in and its distance from the latest possible start; for a mark after
+        # the boundary with its stand-in before it, 0: an earlier restart, which the core does not
+        # know, may lie right before the stand-in (a mark before the boundary keeps its distance
+        # from position 0: the core cannot tell either way there)
+        t0 = p - m - 1
         return _LeftSpan(rows, reaches, steps, j if j is not None and 1 <= j <= steps else None,
-                         t0 - b if b is not None and t0 >= b else t0)
+                         max(t0 - b, 0) if b is not None and p >= b else t0)
 
     def _left_pairs(self, rows: NDArray[np.float64], p: int, G: int | None, c: _ChainPowers) -> NDArray[np.float64]:
         """L[a, b] for the left ``rows`` (:meth:`_left_span`), worst case over the laws the first
