@@ -30,10 +30,11 @@ recordings; more than one block in 6 %.
 
 Sets. Each block's row b is the hull (entrywise [min lo, max hi]) of the confidence sets of its
 *cells*: one cell when neither drift nor second order is kept; with drift, consecutive days
-grouped until a group has ≥ ``min_visits`` visits of b (the last, smaller group joins the one
-before); with second order, one cell per state a before b (the first transition of a run, whose a
-is unknown, is left out: its row is one of theirs). Each cell's set is the mixture-martingale row set of
-:mod:`.confidence` at δ / (number of cells) (δ = 1 − confidence; union bound over every cell of
+grouped until a group has ≥ ``min_visits`` visits of b and ≥ ``min_events`` transitions leaving
+b (the last, smaller group joins the one before: a group with no departure would put "never
+leaves" in the set on no evidence but its shortness); with second order, one cell per state a before b (the first transition of a run, whose a
+is unknown, is left out: its row is one of theirs). Each cell's set is the mixture-martingale row
+set of :mod:`.confidence` at δ / (number of cells) (δ = 1 − confidence; union bound over every cell of
 every row and block), projected on the entries. So with probability ≥ confidence, under the
 model that the kernel is constant inside each cell, every cell's row lies in its block's box —
 the spread across days and previous states is inside the set. A row with no data in a block gets
@@ -176,24 +177,28 @@ def _span(hours: list[int]) -> str:
     return f"{hours[0]:02d}–{(hours[-1] + 1) % 24:02d} h"
 
 
-def _day_groups(days: NDArray[np.int64], min_visits: int) -> NDArray[np.int64]:
-    """Group consecutive days until each group has ≥ min_visits transitions (the last, smaller
-    group joins the one before): a group index per transition."""
-    uniq, inv, cnt = np.unique(days, return_inverse=True, return_counts=True)
+def _day_groups(days: NDArray[np.int64], left: NDArray[np.bool_], min_visits: int,
+                min_events: int) -> NDArray[np.int64]:
+    """Group consecutive days until each group has ≥ min_visits transitions of which ≥ min_events
+    leave the state (``left``); a trailing group below either minimum joins the one before. A
+    group index per transition."""
+    uniq, inv = np.unique(days, return_inverse=True)
+    visits = np.bincount(inv, minlength=uniq.size)
+    events = np.bincount(inv, weights=left.astype(np.float64), minlength=uniq.size)
     gid = np.zeros(uniq.size, dtype=np.int64)
-    g, acc = 0, 0
-    for i, c in enumerate(cnt):
+    g, acc, ev = 0, 0, 0.0
+    for i in range(uniq.size):
         gid[i] = g
-        acc += int(c)
-        if acc >= min_visits:
-            g, acc = g + 1, 0
-    if acc and g > 0:  # a trailing group below the minimum joins the one before
+        acc, ev = acc + int(visits[i]), ev + float(events[i])
+        if acc >= min_visits and ev >= min_events:
+            g, acc, ev = g + 1, 0, 0.0
+    if (acc or ev) and g > 0:  # a trailing group below the minimum joins the one before
         gid[gid == g] = g - 1
     return gid[inv]
 
 
 def _cells(tr: Transitions, m: NDArray[np.bool_], b: int, k: int, days: NDArray[np.int64],
-           drift: bool, second: bool, min_visits: int) -> list[NDArray[np.int64]]:
+           drift: bool, second: bool, min_visits: int, min_events: int) -> list[NDArray[np.int64]]:
     """The count vectors of the cells of row b in the block mask ``m`` (module docstring)."""
     sel = m & (tr.prev == b)
     nxt = tr.nxt[sel]
@@ -201,7 +206,7 @@ def _cells(tr: Transitions, m: NDArray[np.bool_], b: int, k: int, days: NDArray[
         return [np.bincount(nxt, minlength=k)]
     cells = []
     if drift:
-        groups = _day_groups(days[sel], min_visits)
+        groups = _day_groups(days[sel], nxt != b, min_visits, min_events)
         cells += [np.bincount(nxt[groups == g], minlength=k) for g in np.unique(groups)]
     if second:  # one cell per previous state; a run's first transition (no previous state) is
         # one of them, so its row is in their hull: left out
@@ -211,7 +216,7 @@ def _cells(tr: Transitions, m: NDArray[np.bool_], b: int, k: int, days: NDArray[
 
 
 def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: float, confidence: float,
-                    level: float = 0.05, utc_offset: float = 0.0, min_visits: int = 50,
+                    level: float = 0.05, utc_offset: float = 0.0, min_visits: int = 50, min_events: int = 20,
                     min_block_transitions: int = 120, min_days: int = 2) -> SetChain:
     """The default model of a recording (module docstring): a :class:`SetChain` whose
     ``calibration`` holds the fit table (tests, decisions, blocks, what is covered)."""
@@ -265,7 +270,7 @@ def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: flo
     drift = Test("drift between days (per-day rows vs one, inside each block)", g, df, _p_value(g, df),
                  _p_value(g, df) < level)
 
-    cells = [[_cells(tr, blk == i, b, k, days, drift.kept, second.kept, min_visits) for b in range(k)]
+    cells = [[_cells(tr, blk == i, b, k, days, drift.kept, second.kept, min_visits, min_events) for b in range(k)]
              for i in range(len(hour_blocks))]
     n_cells = sum(len(c) for rows in cells for c in rows)
     delta_cell = (1.0 - confidence) / n_cells
@@ -294,7 +299,7 @@ def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: flo
         covered.append(f"time of day: {len(hour_blocks)} block(s) with their own sets")
     if drift.kept:
         covered.append(f"drift between days: each row's set is the hull of the sets of groups of consecutive days "
-                       f"(≥ {min_visits} visits each)")
+                       f"(≥ {min_visits} visits and ≥ {min_events} departures each)")
     if second.kept:
         covered.append("second order: each row's set is the hull of the sets of the rows after every previous "
                        "state (history-dependent choice of the kernel)")
