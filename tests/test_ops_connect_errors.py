@@ -130,3 +130,30 @@ async def test_a_refusal_read_after_the_connect_was_cancelled_raises_nothing() -
         b.close()
     assert raised == []
     assert not client._connected.cancelled()
+
+
+def test_plain_mqtt_to_a_tls_listener_exits_78_within_seconds(mosquitto_tls: Broker, tmp_path: Path) -> None:
+    """Issue 28: TLS off in the configuration, a TLS listener at the broker. Mosquitto answers the
+    plain CONNECT by closing the connection (its TLS layer reads no ClientHello); the daemon finds
+    the listener speaking TLS and exits 78 in one line (before: retried for 90 s+, never 78)."""
+    t = time.monotonic()
+    proc = _run(_conf(tmp_path, mosquitto_tls.port))
+    took = time.monotonic() - t
+    print(f"plain MQTT to a TLS listener: exit {proc.returncode} in {took:.1f} s")
+    assert proc.returncode == EXIT_CONFIG, proc.stderr.decode()
+    line = _one_line(proc.stderr)
+    assert "TLS" in line and "broker.tls" in line, line
+    assert took < 10.0
+
+
+async def test_the_tls_probe_tells_a_tls_listener_from_mqtt_and_from_nothing(
+        mosquitto: Broker, mosquitto_tls: Broker) -> None:
+    """The probe behind the classification above: a TLS hello to the TLS listener gets a TLS record
+    back; the plain MQTT listener closes without one; a port where nothing listens is no TLS."""
+    from streamguard.stream.transport import _speaks_tls
+
+    t = time.monotonic()
+    assert await _speaks_tls("127.0.0.1", mosquitto_tls.port)
+    assert not await _speaks_tls("127.0.0.1", mosquitto.port)
+    assert not await _speaks_tls("127.0.0.1", free_port())
+    assert time.monotonic() - t < 5.0

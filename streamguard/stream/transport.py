@@ -40,7 +40,10 @@ implements it on aiomqtt 2.x. Semantics:
   re-enters it after a :class:`TransportError`, the pattern aiomqtt documents, waiting an
   exponential backoff with full jitter between attempts. A :class:`ConnectRefused` (wrong
   credentials, not authorised, a TLS certificate that does not verify, TLS on one side only) is
-  permanent: retrying cannot help, so it is raised at once.
+  permanent: retrying cannot help, so it is raised at once. A connection the broker closes before
+  its CONNACK fails at once (aiomqtt alone waits out ``timeout``); without TLS, such a close or a
+  timeout is followed by a probe (:func:`_speaks_tls`): a listener that answers a TLS hello is a
+  TLS listener, and a plain client can never connect to it (issue 28: before, 90 s+ of retries).
 
 - **Speed** (issue 15). aiomqtt spends a task and an ``asyncio.wait`` on every publish and every
   received message; the daemon's hot path avoids them: paho's ``on_message`` puts messages in the
@@ -302,6 +305,16 @@ class MqttTransport:
             on_connect(c, userdata, flags, reason, properties)
 
         paho.on_connect = connected
+        on_disconnect = paho.on_disconnect
+
+        def disconnected(c: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
+            # (aiomqtt ignores a close before CONNACK and waits out its timeout)
+            if not client._connected.done():
+                client._connected.set_exception(_NoConnack(f"the broker closed the connection before CONNACK ({reason})"))
+                client._connected.add_done_callback(_retrieve)
+            on_disconnect(c, userdata, flags, reason, properties)
+
+        paho.on_disconnect = disconnected
         return client
 
     async def __aenter__(self) -> Self:
@@ -326,6 +339,12 @@ class MqttTransport:
             if self._tls_resets >= _TLS_RESETS:
                 error = ConnectRefused(f"TLS to {b.host}:{b.port}: the broker reset the handshake {self._tls_resets} "
                                        "times in a row: is its listener on that port plain MQTT (broker.tls, broker.port)?")
+            if (not b.tls and not isinstance(error, ConnectRefused)
+                    and (isinstance(exc, _NoConnack) or isinstance(exc.__context__, TimeoutError))
+                    and await _speaks_tls(b.host, b.port)):
+                error = ConnectRefused(f"the listener at {b.host}:{b.port} speaks TLS (it answered a TLS hello) but "
+                                       "broker.tls is off: set broker.tls = true (and broker.ca_file), or use the "
+                                       "broker's plain port (broker.port)")
             raise error from exc
         self._tls_resets = 0
         client._disconnected.add_done_callback(_retrieve)
@@ -665,6 +684,39 @@ def _uncancel_connected(client: aiomqtt.Client) -> None:
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+class _NoConnack(aiomqtt.MqttError):
+    """The broker closed the connection before its CONNACK."""
+
+
+#: Seconds the TLS probe (:func:`_speaks_tls`) waits for a listener's answer.
+TLS_PROBE_TIMEOUT = 2.0
+
+
+async def _speaks_tls(host: str, port: int, timeout: float = TLS_PROBE_TIMEOUT) -> bool:
+    """Whether the listener at ``host:port`` answers a TLS ClientHello with a TLS record: the first
+    bytes back are a handshake (0x16) or alert (0x15) record of major version 3. Only the hello is
+    sent (no certificate check, nothing of the client's), then the connection is closed; no
+    answer within ``timeout``, a close or any socket error is False. An MQTT listener reads the
+    hello as a malformed packet and closes the connection without a byte."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    with contextlib.suppress(ssl.SSLWantReadError):
+        context.wrap_bio(incoming, outgoing).do_handshake()  # (writes the ClientHello to ``outgoing``)
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(outgoing.read())
+                head = await reader.readexactly(2)
+            finally:
+                writer.close()
+    except (OSError, asyncio.IncompleteReadError, TimeoutError):
+        return False
+    return head[0] in (0x15, 0x16) and head[1] == 3
 
 
 def _connect_error(b: BrokerConfig, exc: aiomqtt.MqttError) -> ConnectFailed:
