@@ -5,6 +5,8 @@ socket, as systemd uses): READY=1 and STATUS arrive, WATCHDOG=1 pings arrive at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import secrets
 import signal
@@ -104,3 +106,49 @@ def test_a_stalled_loop_stops_the_pings() -> None:
 def test_no_socket_no_messages_and_stale_watchdog_pid_ignored() -> None:
     assert not Notifier({}).notify(READY="1")
     assert Notifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
+
+
+async def test_frames_published_right_after_ready_are_all_decided(mosquitto: Broker, tmp_path: Path) -> None:
+    """Issue 28: READY=1 means the daemon can take input. A producer that starts publishing QoS 1
+    raw frames the moment READY=1 arrives (a first start: no session waits at the broker yet)
+    gets every frame decided and published (before: READY came before the input session had
+    subscribed, and the frames of the first ~0.1 s were lost)."""
+    from daemon_harness import Spy, running
+
+    from streamguard.config import PublishConfig
+    from streamguard.stream.transport import MqttTransport
+
+    sock, name = _listener()
+    sock.setblocking(False)
+    conf = daemon_toml(tmp_path / "c.toml", tmp_path / "o.sqlite", mosquitto.port, base="sgr", device="rd",
+                       stream="s", labels=("off", "on"), source="mqtt")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGUARD_")} | {"NOTIFY_SOCKET": name}
+    cfg = mosquitto.broker_config()
+    spy = Spy(cfg, "sgr/rd/s/data")
+    producer = MqttTransport(cfg, PublishConfig(), device="producer", status_topic="x", will=False)
+    n = 20
+    loop = asyncio.get_running_loop()
+    with sock:
+        async with running(spy.run()), producer:
+            await asyncio.wait_for(spy.subscribed.wait(), 10)
+            p = subprocess.Popen([sys.executable, "-m", "streamguard.cli", "run", "--config", str(conf)],
+                                 stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+            try:
+                async with asyncio.timeout(60):
+                    while b"READY=1" not in await loop.sock_recv(sock, 4096):
+                        pass
+                for i in range(n):  # over ~0.1 s
+                    await producer.publish("sgr/rd/s/raw", json.dumps({"value": "off", "i": i}).encode(), qos=1)
+                    await asyncio.sleep(0.005)
+                with contextlib.suppress(AssertionError):
+                    await spy.wait_until(lambda: len(spy.seqs("sgr/rd/s/data")) >= n, 15, "records")
+            finally:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(25)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(10)
+    got = len(spy.seqs("sgr/rd/s/data"))
+    print(f"frames published right after READY=1: {got} of {n} decided")
+    assert got == n, (got, p.stderr.read().decode() if p.stderr else "")

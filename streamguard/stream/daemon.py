@@ -226,6 +226,10 @@ class Daemon:
         #: systemd's notify protocol (READY, STATUS, STOPPING, WATCHDOG); inert outside systemd.
         self.systemd = Notifier()
         self._status_checked = asyncio.Event()
+        #: Set once ``online`` was first published (every input and sensor subscription confirmed),
+        #: and once the buttons' connection has subscribed (set at once without one): READY=1.
+        self._online = asyncio.Event()
+        self._buttons_subscribed = asyncio.Event()
 
     # -- set-up -------------------------------------------------------------------------------
     async def _restore(self, box: AsyncOutbox) -> None:
@@ -622,6 +626,7 @@ class Daemon:
         commands = [self.runtimes[name].command_topic() for name in self.hearings]
         for topic in (*self.ingest.button_filters(), *commands, sentinel):
             await t.subscribe(topic)
+        self._buttons_subscribed.set()
         if self.hearings:  # (a periodic stream's button is not held for)
             await self._buttons_heard(t)
 
@@ -757,6 +762,7 @@ class Daemon:
         await self._inputs_ready.wait()
         await t.publish(self.settings.topic("status"), self._status_payload("online"), retain=True)
         self._claimed = True
+        self._online.set()
         assert self._discovery is not None and self._box is not None
         await self._discovery.sync(t, self._box)
         self._status_dirty.set()
@@ -979,13 +985,23 @@ class Daemon:
         if m.textfile is not None:  # (stopped with intake)
             workers.append(asyncio.create_task(
                 textfile_loop(self, m.textfile, m.interval, private_counters=m.private_counters), name="metrics"))
-        self.systemd.notify(READY="1", STATUS=f"running {len(self.runtimes)} stream(s): "
-                            + ", ".join(self.runtimes))
+        ready = asyncio.create_task(self._say_ready(), name="ready")  # (ends once said: not a worker)
         try:
             with _frozen_heap() if self._freeze_heap else contextlib.nullcontext():
                 await self._serve(box, stop, stopping, writer, publisher, workers, sources)
         finally:
-            await _stop_tasks([watchdog], TASK_STOP_TIMEOUT)
+            await _stop_tasks([watchdog, ready], TASK_STOP_TIMEOUT)
+
+    async def _say_ready(self) -> None:
+        """READY=1 (systemd) once the daemon takes input: ``online`` published — so the input
+        connection's subscriptions and the sensors' are confirmed — and the buttons' connection
+        subscribed. A producer that starts on READY loses no frame (issue 28: READY came before the
+        input session subscribed, and 18 of 20 frames published in the 0.1 s after it were lost)."""
+        if self._buttons is None:
+            self._buttons_subscribed.set()
+        await self._online.wait()
+        await self._buttons_subscribed.wait()
+        self.systemd.notify(READY="1", STATUS=f"running {len(self.runtimes)} stream(s): " + ", ".join(self.runtimes))
 
     async def _serve(self, box: AsyncOutbox, stop: asyncio.Event, stopping: asyncio.Task[Any],
                      writer: asyncio.Task[None], publisher: asyncio.Task[None],
