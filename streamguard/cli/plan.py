@@ -23,6 +23,7 @@ from ..redaction.plan import RedactionPlan, plan_redaction, relation
 from . import robust
 from .common import CliError, json_arg, read_text, stream_plan
 from .kplan import cmd_kplan, kaudit
+from .setchain_plan import cmd_plan_setchain, load_setchain
 
 
 def _split_arg(text: str) -> str | float:
@@ -183,6 +184,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.model is not None:
+        sc = load_setchain(args.model)
+        if sc is not None:
+            return cmd_plan_setchain(args, sc)
         return robust.cmd_plan_model(args)
     if args.matrix is not None:
         if args.alpha is not None or args.beta is not None:
@@ -281,7 +285,9 @@ def register(sub: Any) -> None:
     model.add_argument("--beta", type=float, help="P(1→0) of the binary chain, in (0, 1)")
     model.add_argument("--initial", help='law of the first record as JSON, e.g. "[0.5, 0.5]" (default: stationary)')
     model.add_argument("--model", metavar="MODEL.json",
-                       help="a model set (streamguard calibrate): plan robustly / audit the worst case over it")
+                       help="a model set (streamguard calibrate): plan robustly / audit the worst case over it; "
+                       "a set-chain (time-of-day blocks, docs/time-varying.md): a window plan per block and "
+                       "its cost")
     model.add_argument("--matrix", help='k-state chain instead of --alpha/--beta: transition matrix as JSON, '
                        'e.g. "[[0.8,0.2,0],[0.1,0.8,0.1],[0,0.2,0.8]]" (redaction rows then hold k probabilities)')
 

@@ -1,12 +1,18 @@
 """Certified leakage bounds over time-varying Markov set-chains (docs/time-varying.md; issue 25).
 
-Process class (docs/time-varying.md §1, class A). X_0, X_1, … with X_{t+1} ~ K_t(X_t, ·), each
-K_t in the row-wise set S_t = {lo_t ≤ K ≤ hi_t, rows sum to 1} of its step (its time-of-day block,
-:class:`.setchain.SetChain`), chosen anew at every step — as any function of the clock, of
-exogenous randomness and of the *published* output so far — and any law of the chain far enough
-back. Time-of-day variation and drift inside the sets are members. (A kernel that depends on
-*hidden* states after p is not: it can carry X_p into every later released record, and no finite
-window bounds that — §4 of the page.)
+Process class (docs/time-varying.md §1). X_0, X_1, … with X_{t+1} ~ K_t(X_t, ·), each K_t in the
+row-wise set S_t = {lo_t ≤ K ≤ hi_t, rows sum to 1} of its step (its time-of-day block,
+:class:`.setchain.SetChain`), chosen anew at every step, and any law of the chain far enough back.
+Time-of-day variation and drift inside the sets are members. Two readings of "chosen":
+
+- class A (:func:`chain_bound`, the box terms): the sequence may be random and may depend on the
+  clock, on exogenous randomness and on the *published* output so far (a mixture of sequences);
+- class A0 (adds the Birkhoff terms of :func:`window_terms`): one fixed, unknown sequence — the
+  guarantee holds for the true sequence whatever it is, as a model set's guarantee holds for the
+  true member (docs/model-sets.md).
+
+A kernel that depends on *hidden* states after p is in neither: it can carry X_p into every later
+released record, and no finite window bounds that (§4 of the page; tests/test_tv_leakage.py).
 
 The bound, for redaction rows r (Pr(⊥ | x) per record) around the private record p with Y_p = ⊥
 and every ordered pair a ≠ b:
@@ -15,8 +21,10 @@ and every ordered pair a ≠ b:
                                      + log Pr(X_p=b)/Pr(X_p=a)  (prior odds: law of X_p)
                                      + log w(a)/w(b)            (right, backward)
 
-for the kernel sequence the process used on that output (fixed given y); each term is bounded
-over every sequence in the per-step sets, separately (docs/time-varying.md §2):
+for one kernel sequence; a mixture of sequences (class A) is at most its worst component
+(Pr(y, a)/Pr(y, b) is a mediant of the components' ratios, and the law of X_p a mixture of
+reachable laws). Each term is bounded over every sequence in the per-step sets, separately
+(docs/time-varying.md §2):
 
 - left: :func:`.kinterval.left_bounds_steps` with the sets of the left steps (the forward vector of
   any hidden-history-dependent choice is the forward vector of one Markov sequence: its rows are
@@ -165,7 +173,7 @@ def _contractions(diam: Arr) -> Arr:
 
 
 def window_terms(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr,
-                 prior: Arr, L: int, R: int) -> tuple[Arr, Arr]:
+                 prior: Arr, L: int, R: int, *, fixed: bool = True) -> tuple[Arr, Arr]:
     """Left and right (k, k) bounds of the stream window plan that redacts [p − L, p + R] surely and
     releases every other record. ``klo_left[j − 1]``: step j backwards (X_{p−j} → X_{p−j+1}), at
     least L + 1 of them; ``klo_right[j − 1]``: step j forwards (X_{p+j−1} → X_{p+j}), at least R + 1.
@@ -175,11 +183,14 @@ def window_terms(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr,
     product K_{p−L−1}⋯K_{p−1}, ≤ Δ_{L+1} · Π_{j ≤ L} τ_j; the right ratio at most the Hilbert
     distance of a column of K_p⋯K_{p+R} from the ones vector, ≤ c_{R+1} · Π_{j ≤ R} τ_j (c: column
     spread). The Birkhoff left bound needs the same kernel sequence for the posterior and the prior
-    odds: an oblivious sequence (class A0 of the page)."""
+    odds: one fixed sequence (class A0 of the page); ``fixed=False`` leaves it out (class A: random
+    or output-adaptive sequences, box bounds only)."""
     k = klo_left.shape[1]
     left = left_term(klo_left[:L + 1], khi_left[:L + 1], np.ones((L, k)), standin=True, prior=prior)
     right = right_term(klo_right[:R + 1], khi_right[:R + 1], np.vstack([np.ones((R, k)), np.zeros((1, k))]),
                        ends=False)
+    if not fixed:
+        return left, right
     dl = diameters(klo_left[:L + 1], khi_left[:L + 1])
     bl = float(dl[L] * np.prod(_contractions(dl[:L]))) if np.isfinite(dl[L]) else math.inf
     dr = diameters(klo_right[:R + 1], khi_right[:R + 1])
@@ -191,6 +202,7 @@ def window_terms(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr,
     return left, right
 
 
-def window_bound(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr, prior: Arr, L: int, R: int) -> float:
+def window_bound(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr, prior: Arr, L: int, R: int,
+                 *, fixed: bool = True) -> float:
     """Certified leakage bound of the window plan [p − L, p + R] (:func:`window_terms`)."""
-    return total(*window_terms(klo_left, khi_left, klo_right, khi_right, prior, L, R))
+    return total(*window_terms(klo_left, khi_left, klo_right, khi_right, prior, L, R, fixed=fixed))

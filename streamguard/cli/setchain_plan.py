@@ -1,0 +1,65 @@
+"""``plan --model MODEL.json`` when MODEL.json holds a set-chain (``"kind": "setchain"``): the window
+plan of every time-of-day block and what a mark costs in records and in time
+(streamguard.model.tv_plan; docs/time-varying.md §5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..chain import ModelError
+from ..model.setchain import SetChain, is_setchain_json
+from ..model.tv_plan import MAX_RECORDS, block_plans, duration
+from .common import CliError
+
+
+def load_setchain(path: str) -> SetChain | None:
+    """The set-chain in ``path``, or None when the file holds another kind of model."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None  # the model-set loader reports it
+    if not is_setchain_json(doc):
+        return None
+    try:
+        return SetChain.from_json(doc)
+    except ModelError as exc:
+        raise CliError(f"--model {path}: {exc}") from None
+
+
+def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
+    """Print (or write as JSON) one window plan per block; exit 2 when some block has none."""
+    if args.alpha is not None or args.beta is not None or args.initial is not None or args.matrix is not None:
+        raise CliError("--model replaces --alpha/--beta/--initial/--matrix")
+    if args.n is not None or args.private:
+        raise CliError("a set-chain plans streams by time of day: no --n or --private")
+    if args.baseline != "none" or args.brute or args.plot or args.threshold is not None or args.weights is not None:
+        raise CliError("a set-chain is planned with window plans only (no --baseline, --brute, --plot, "
+                       "--threshold or --weights)")
+    plans = block_plans(sc, args.epsilon)
+    rows: list[dict[str, Any]] = []
+    for i, bp in enumerate(plans):
+        b = sc.blocks[i]
+        row: dict[str, Any] = {"block": i, "start": b.start, "end": sc.block_end(i)}
+        if bp is not None:
+            row.update(left=bp.left, right=bp.right, redacted=bp.redacted, bound=bp.bound,
+                       left_seconds=bp.left * sc.sample_period, right_seconds=bp.right * sc.sample_period)
+        rows.append(row)
+    missing = [i for i, bp in enumerate(plans) if bp is None]
+    if args.json:
+        print(json.dumps({"kind": "setchain", "epsilon": args.epsilon, "sample_period": sc.sample_period,
+                          "blocks": rows, "refused": missing}))
+    else:
+        print(f"window plans per time-of-day block over the set-chain ({len(sc.blocks)} blocks, "
+              f"{sc.k} states, sample period {duration(sc.sample_period)}), ε={args.epsilon:g} nats; "
+              "certified for every fixed kernel sequence in the block sets (docs/time-varying.md)")
+        for i, bp in enumerate(plans):
+            if bp is None:
+                print(f"block {i}: no window of at most {MAX_RECORDS} records a side meets ε")
+            else:
+                print(f"block {i}: {bp.cost_text()}")
+    if missing:
+        raise CliError(f"no window plan meets ε={args.epsilon:g} for block(s) {', '.join(map(str, missing))}")
+    return 0

@@ -1,0 +1,105 @@
+"""Window plans per time-of-day block over a set-chain (streamguard/model/tv_plan.py) and
+``plan --model`` on a set-chain."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from streamguard.cli import main
+from streamguard.model.setchain import Block, SetChain
+from streamguard.model.tv_leakage import prior_odds_bound, window_bound
+from streamguard.model.tv_plan import block_plan, block_plans, duration, offset_sets, plan_key
+
+
+def _box(a: float, b: float, w: float) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.array([[1 - a - w, a - w], [b - w, 1 - b - w]])
+    hi = np.array([[1 - a + w, a + w], [b + w, 1 - b + w]])
+    return lo, hi
+
+
+def _home(sample_period: float = 300.0) -> SetChain:
+    """Night: sticky; day: lively; evening: in between (5-minute records)."""
+    return SetChain(("away", "home"), sample_period,
+                    (Block(0.0, *_box(0.03, 0.02, 0.01)), Block(8 * 3600.0, *_box(0.3, 0.2, 0.05)),
+                     Block(18 * 3600.0, *_box(0.1, 0.15, 0.04))))
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return block_plans(_home(), 1.0, max_records=600)
+
+
+def test_every_mark_time_in_a_block_is_certified(plans):
+    """For marks at the first, a middle and the last record of each block, the plan's bound over the
+    exact per-step sets of that clock is ≤ the block's certified figure ≤ ε."""
+    sc = _home()
+    for i, bp in enumerate(plans):
+        assert bp is not None and bp.bound <= 1.0
+        s, e = sc.blocks[i].start, sc.block_end(i)
+        for clock in (s, (s + e) / 2, e - sc.sample_period):
+            n_left = 600
+            lo, hi = sc.sets_for(clock - n_left * sc.sample_period, n_left)  # steps from p − n_left … p − 1
+            llo, lhi = lo[::-1], hi[::-1]                                  # step j back from p
+            rlo, rhi = sc.sets_for(clock, bp.right + 1)
+            exact = window_bound(llo, lhi, rlo, rhi, prior_odds_bound(llo, lhi), bp.left, bp.right)
+            assert exact <= bp.bound + 1e-12 <= 1.0 + 1e-12, (i, clock, exact, bp.bound)
+
+
+def test_plans_differ_by_block_and_are_cheapest(plans):
+    sc = _home()
+    costs = [bp.redacted for bp in plans]
+    assert costs[0] > costs[1]  # the sticky night costs more than the lively day
+    for i, bp in enumerate(plans):
+        llo, lhi = offset_sets(sc, i, -np.arange(1, 602))
+        rlo, rhi = offset_sets(sc, i, np.arange(0, 601))
+        prior = prior_odds_bound(llo, lhi)
+        if bp.left > 0:  # one record less on either side is not certified
+            assert window_bound(llo, lhi, rlo, rhi, prior, bp.left - 1, bp.right) > 1.0
+        if bp.right > 0:
+            assert window_bound(llo, lhi, rlo, rhi, prior, bp.left, bp.right - 1) > 1.0
+
+
+def test_offset_sets_cover_neighbouring_blocks():
+    sc = _home()
+    lo, hi = offset_sets(sc, 1, np.array([0, -1, 10_000 // 300]))
+    # offset 0 stays in the day block; one record back from the day's first record is night
+    assert np.array_equal(lo[0], sc.blocks[1].lo)
+    assert np.array_equal(lo[1], np.minimum(sc.blocks[0].lo, sc.blocks[1].lo))
+    assert np.array_equal(hi[1], np.maximum(sc.blocks[0].hi, sc.blocks[1].hi))
+
+
+def test_plan_key_includes_the_block_and_epsilon():
+    sc = _home()
+    keys = {plan_key(sc, 1.0, 0), plan_key(sc, 1.0, 1), plan_key(sc, 0.5, 0)}
+    assert len(keys) == 3 and plan_key(sc, 1.0, 0) == plan_key(sc, 1.0, 0)
+
+
+def test_cost_text():
+    assert duration(190 * 60) == "3 h 10 min" and duration(120 * 60) == "2 h" and duration(45) == "45 s"
+    assert duration(86400 + 4 * 3600) == "1 d 4 h"
+    bp = block_plan(_home(), 1, 1.0, max_records=600)
+    assert bp is not None and bp.cost_text().startswith("a mark at 08:00–18:00 redacts ")
+
+
+def test_a_block_that_may_never_leave_a_state_is_refused():
+    lo, hi = _box(0.1, 0.1, 0.05)
+    lo[0, 1], lo[0, 0] = 0.0, 0.85  # α may be 0: 'away' may never be left
+    hi[0, 0] = 1.0
+    sc = SetChain(("away", "home"), 300.0, (Block(0.0, lo, hi),))
+    assert block_plan(sc, 0, 1.0, max_records=50) is None
+
+
+def test_plan_model_prints_the_cost_per_block(tmp_path, capsys):
+    model = tmp_path / "model.json"
+    model.write_text(_home().dumps())
+    assert main(["plan", "--model", str(model), "--epsilon", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "block 0: a mark at 00:00–08:00 redacts" in out and "block 2: a mark at 18:00–24:00" in out
+    assert main(["plan", "--model", str(model), "--epsilon", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [b["block"] for b in doc["blocks"]] == [0, 1, 2] and doc["refused"] == []
+    assert all(b["bound"] <= 1.0 and b["left_seconds"] == 300.0 * b["left"] for b in doc["blocks"])
+    assert main(["plan", "--model", str(model), "--epsilon", "1", "--n", "5"]) == 2
