@@ -164,11 +164,12 @@ def test_cli_default_writes_a_setchain_and_consumers_refuse_it_in_one_line(tmp_p
     assert doc["kind"] == "setchain" and len(sc.blocks) >= 3 and doc["calibration"]["transitions"] == 14 * 1440 - 1
     assert [t["decision"] for t in doc["calibration"]["tests"]][0] == "kept"
     assert (model.stat().st_mode & 0o777) == 0o600
-    # every reader of MODEL.json that does not take a set-chain refuses it by name (never uses a point)
+    # plan --model takes it (per-block window plans); every reader of MODEL.json that does not take a
+    # set-chain refuses it by name (never uses a point)
+    assert main(["plan", "--model", str(model), "--epsilon", "1", "--stream"]) == 0
+    assert "window plans per time-of-day block" in capsys.readouterr().out
     with pytest.raises(Exception, match="time-of-day set-chain"):
         modelset.load(model)
-    assert main(["plan", "--model", str(model), "--epsilon", "1", "--stream"]) == 2
-    assert "set-chain" in capsys.readouterr().err
     conf = tmp_path / "c.toml"
     conf.write_text('device = "d"\n[broker]\nhost = "127.0.0.1"\n[[streams]]\nname = "s"\nlabels = ["off", "on"]\n'
                     f'epsilon = 1.0\nsample_period = 60\n[streams.model]\nfile = "{model}"\n')

@@ -1,9 +1,11 @@
 """Model selection for ``streamguard calibrate`` (issue 25 item 1; docs/model-selection.md).
 
 From one recording, decide which departures from a homogeneous first-order chain the data show,
-each by a stated likelihood-ratio (G) test at level ``level``, and cover every departure kept by a
-set-chain (:class:`.setchain.SetChain`: per time-of-day block, a row-wise box of kernels, chosen
-anew at every step and possibly depending on the past).
+each by a stated test at level ``level``, and put every departure kept inside a set-chain
+(:class:`.setchain.SetChain`: per time-of-day block, a row-wise box of kernels, chosen anew at
+every step). The set-chain plans certify every fixed kernel sequence in the sets (time of day and
+drift); a kernel that depends on the hidden previous state (second order) is in the sets but not
+in that certificate (docs/time-varying.md §4): the fit table says so.
 
 Tests (Pearson's X² for homogeneity of count tables, referred to χ² with the stated degrees of
 freedom; a row only counts where it has data). X² rather than the likelihood-ratio G: on a
@@ -32,10 +34,11 @@ Sets. Each block's row b is the hull (entrywise [min lo, max hi]) of the confide
 *cells*: one cell when neither drift nor second order is kept; with drift, consecutive days
 grouped until a group has ≥ ``min_visits`` visits of b and ≥ ``min_events`` transitions leaving
 b (the last, smaller group joins the one before: a group with no departure would put "never
-leaves" in the set on no evidence but its shortness); with second order, one cell per state a before b (the first transition of a run, whose a
-is unknown, is left out: its row is one of theirs). Each cell's set is the mixture-martingale row
-set of :mod:`.confidence` at δ / (number of cells) (δ = 1 − confidence; union bound over every cell of
-every row and block), projected on the entries. So with probability ≥ confidence, under the
+leaves" in the set on no evidence but its shortness); with second order, one cell per state a
+before b (the first transition of a run, whose a is unknown, is left out: its row is one of
+theirs). Each cell's set is the mixture-martingale row set of :mod:`.confidence` at
+δ / (number of cells) (δ = 1 − confidence; union bound over every cell of every row and block),
+projected on the entries. So with probability ≥ confidence, under the
 model that the kernel is constant inside each cell, every cell's row lies in its block's box —
 the spread across days and previous states is inside the set. A row with no data in a block gets
 the whole simplex ([0, 1] entries): never a point estimate.
@@ -198,21 +201,23 @@ def _day_groups(days: NDArray[np.int64], left: NDArray[np.bool_], min_visits: in
 
 
 def _cells(tr: Transitions, m: NDArray[np.bool_], b: int, k: int, days: NDArray[np.int64],
-           drift: bool, second: bool, min_visits: int, min_events: int) -> list[NDArray[np.int64]]:
-    """The count vectors of the cells of row b in the block mask ``m`` (module docstring)."""
+           drift: bool, second: bool, min_visits: int, min_events: int) -> tuple[list[NDArray[np.int64]], int]:
+    """The count vectors of the cells of row b in the block mask ``m`` (module docstring), and the
+    number of day groups among them (0 without drift)."""
     sel = m & (tr.prev == b)
     nxt = tr.nxt[sel]
-    if not (drift or second) or nxt.size < min_visits:
-        return [np.bincount(nxt, minlength=k)]
-    cells = []
+    if not (drift or second):
+        return [np.bincount(nxt, minlength=k)], 0
+    cells: list[NDArray[np.int64]] = []
     if drift:
         groups = _day_groups(days[sel], nxt != b, min_visits, min_events)
         cells += [np.bincount(nxt[groups == g], minlength=k) for g in np.unique(groups)]
+    n_groups = len(cells)
     if second:  # one cell per previous state; a run's first transition (no previous state) is
         # one of them, so its row is in their hull: left out
         a = tr.prev2[sel]
         cells += [c for c in (np.bincount(nxt[a == av], minlength=k) for av in range(k)) if c.sum() > 0]
-    return cells
+    return cells or [np.zeros(k, dtype=np.int64)], n_groups
 
 
 def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: float, confidence: float,
@@ -272,7 +277,7 @@ def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: flo
 
     cells = [[_cells(tr, blk == i, b, k, days, drift.kept, second.kept, min_visits, min_events) for b in range(k)]
              for i in range(len(hour_blocks))]
-    n_cells = sum(len(c) for rows in cells for c in rows)
+    n_cells = sum(len(c) for rows in cells for c, _ in rows)
     delta_cell = (1.0 - confidence) / n_cells
     per_block = []
     table = []
@@ -283,12 +288,16 @@ def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: flo
         lo, hi = np.zeros((k, k)), np.zeros((k, k))
         rows_info = []
         for b in range(k):
-            bounds = np.stack([entry_bounds(c, row_threshold(c, delta_cell)) for c in cells[i][b]])
+            row_cells, n_groups = cells[i][b]
+            bounds = np.stack([entry_bounds(c, row_threshold(c, delta_cell)) for c in row_cells])
             lo[b], hi[b] = bounds[:, :, 0].min(axis=0), bounds[:, :, 1].max(axis=0)
             visits = int(counts[b].sum())
-            rows_info.append({"state": labels[b], "visits": visits, "cells": len(cells[i][b]),
-                              "lo": lo[b].tolist(), "hi": hi[b].tolist(),
-                              **({"note": "no data: the whole simplex"} if visits == 0 else {})})
+            note = ("no data: the whole simplex" if visits == 0 else
+                    "one day group (too few departures to split days: the spread between days is not "
+                    "resolved, only the pooled set)" if drift.kept and n_groups == 1 else None)
+            rows_info.append({"state": labels[b], "visits": visits, "cells": len(row_cells),
+                              "day_groups": n_groups, "lo": lo[b].tolist(), "hi": hi[b].tolist(),
+                              **({"note": note} if note else {})})
         visits = counts.sum(axis=1)
         point = counts / visits[:, None] if np.all(visits > 0) else None
         per_block.append((hs, lo, hi, point, int(counts.sum())))
@@ -301,13 +310,17 @@ def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: flo
         covered.append(f"drift between days: each row's set is the hull of the sets of groups of consecutive days "
                        f"(≥ {min_visits} visits and ≥ {min_events} departures each)")
     if second.kept:
-        covered.append("second order: each row's set is the hull of the sets of the rows after every previous "
-                       "state (history-dependent choice of the kernel)")
+        covered.append("second order, in the sets only: each row's set holds the rows after every previous state; "
+                       "the set-chain plans certify fixed kernel sequences, not a kernel that depends on the hidden "
+                       "previous state (docs/time-varying.md §4)")
     not_covered = ["variation inside a block, a day group or a cell that the tests did not detect",
                    "effects older than two steps (dwell-time laws beyond second order)"]
     if not drift.kept:
         not_covered.append("drift between days (not detected)")
-    if not second.kept:
+    if second.kept:
+        not_covered.append("second-order dependence in the plans' certificate (needs the pair chain of "
+                           "docs/time-varying.md §4)")
+    else:
         not_covered.append("second-order dependence (not detected)")
     calibration = {
         "model_class": "setchain", "test_level": level, "confidence": confidence,
