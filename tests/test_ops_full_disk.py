@@ -53,7 +53,11 @@ def _fill(d: Path) -> Path:
 
 
 async def test_full_disk_holds_intake_and_resumes(mosquitto: Broker, small_disk: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+                                                  caplog: pytest.LogCaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamguard.stream import disk
+
+    monkeypatch.setattr(disk, "ROOM_HOLD", 1.0)  # (the episode ends after a second without a failure)
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
 
     async def frames() -> AsyncIterator[tuple[str, bytes]]:

@@ -83,7 +83,7 @@ from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
 from ..redaction.plan_cache import PlanCache, beside
 from .disk import RETRY_INTERVAL as DISK_RETRY
-from .disk import is_disk_full
+from .disk import DiskFull, FullEpisodes, is_disk_full, probe_room
 from .metrics import textfile_loop
 from .systemd import Notifier
 from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
@@ -203,6 +203,16 @@ class Daemon:
         self._queue: deque[_StoreEntry] = deque()
         self._queued = asyncio.Event()
         self._room = asyncio.Event()
+        #: Store entries queued so far, and how many of them (in queue order) are committed: a raw
+        #: MQTT frame is acknowledged once every entry queued before it is handled is (_durable).
+        self._entries = 0
+        self._entries_stored = 0
+        self._stored_more = asyncio.Event()
+        self._in_hand: list[_StoreEntry] = []  # the group the writer is storing
+        #: The disk's full/room state with hysteresis (stream/disk.py).
+        self._disk = FullEpisodes()
+        #: Raw frames received on the input connection and not acknowledged when it last ended.
+        self.unacknowledged = 0
         self._idle = asyncio.Event()  # the writer has nothing in hand (an inline commit is over when it returns)
         self._idle.set()
         self._last_entry = -math.inf  # (monotonic) when the newest store entry was queued
@@ -344,9 +354,21 @@ class Daemon:
         task."""
         if self._enqueue(rt, releases) and not (self._commit_here() and self._commit_inline()):
             self._queued.set()
-        while len(self._queue) > STORE_QUEUE_LIMIT:
+        while len(self._queue) > STORE_QUEUE_LIMIT or self._disk.failing:  # (a full disk: read no more)
             self._room.clear()
             await self._room.wait()
+
+    async def _durable(self) -> None:
+        """Wait until every store entry queued so far is committed (outbox and ledger). The input
+        connection awaits it before acknowledging the raw frames and commands it handled, so an
+        acknowledged frame's decision is never only in memory: while the disk is full nothing is
+        acknowledged and the broker keeps the frames (issue 28: before, 605 acknowledged frames
+        were lost at a SIGTERM on a full disk). The cost is one commit per group of messages (a
+        group is what arrived meanwhile: a slow commit makes the next group bigger)."""
+        target = self._entries
+        while self._entries_stored < target:
+            self._stored_more.clear()
+            await self._stored_more.wait()
 
     def _enqueue(self, rt: StreamRuntime, releases: list[Any]) -> bool:
         """Append what ``rt`` decided since the last call to the store queue, synchronously (no
@@ -369,6 +391,8 @@ class Daemon:
             now = time.monotonic()
             self._quiet, self._last_entry = now - self._last_entry >= INLINE_QUIET, now
             entry.queued, entry.urgent = now, bool(entry.marks or entry.events or entry.aggregates)
+            self._entries += 1
+            entry.number = self._entries
             self._queue.append(entry)
             if self._commit_delay and (entry.urgent or len(self._queue) >= STORE_GROUP):
                 self._hurry.set()
@@ -389,7 +413,7 @@ class Daemon:
             await self._wait_to_commit()
             self._queued.clear()
             while self._queue:
-                group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
+                self._in_hand = group = [self._queue.popleft() for _ in range(min(len(self._queue), STORE_GROUP))]
                 self._room.set()
                 report = _reported(group)
                 while True:
@@ -403,11 +427,8 @@ class Daemon:
                         if not is_disk_full(exc):
                             raise
                         await self._disk_full(exc)
-                if self.stats.disk_full_since is not None:
-                    log.warning("the disk has room again after %.0f s: storing resumes",
-                                time.time() - self.stats.disk_full_since)
-                    self.stats.disk_full_since = None
-                    self.systemd.notify(STATUS="running: the disk has room again")
+                self._stored_after_failure()
+                self._in_hand = []
                 self._committed(group, rows, report)
                 if self._queue and self._commit_delay:  # (what came during the transaction waits out its own delay)
                     await self._wait_to_commit()
@@ -433,11 +454,26 @@ class Daemon:
                 async with asyncio.timeout(wait):
                     await self._hurry.wait()
 
+    def _stored_after_failure(self) -> None:
+        """A group was stored: intake goes on; at the end of a full-disk episode (ROOM_HOLD
+        seconds without a failure: stream/disk.py) say so, once."""
+        if not self._disk.failing and self._disk.since is None:
+            return
+        since = self._disk.since
+        self._room.set()  # (intake held for the disk: _store)
+        if self._disk.stored(time.monotonic()) and since is not None:
+            log.warning("the disk has room again (full since %.0f s ago, %d failed attempts): storing resumes",
+                        time.time() - since, self.stats.disk_full_waits)
+            self.stats.disk_full_since = None
+            self.systemd.notify(STATUS="running: the disk has room again")
+
     def _committed(self, group: list[_StoreEntry], rows: list[Row] | None, report: set[str]) -> None:
         """After ``group``'s transaction: hand its records to the publisher (only now can it see
         them), the JSON-lines sink, and refresh the statuses of the streams in ``report``."""
         assert self._publisher is not None
         self._last_commit = time.monotonic()
+        self._entries_stored = group[-1].number
+        self._stored_more.set()
         for e in group:  # (in queue order: each stream's last entry holds its newest counts)
             self.stored_counts[e.stream] = e.counts
         stored = sum(len(e.items) for e in group)
@@ -489,10 +525,10 @@ class Daemon:
         """The disk is full (stream/disk.py): say so once, free the WAL files, wait and let the
         writer retry; intake waits meanwhile."""
         self.stats.disk_full_waits += 1
-        if self.stats.disk_full_since is None:
-            self.stats.disk_full_since = time.time()
-            log.error("the disk holding the outbox or the ledger is full (%s): intake is held until space is "
-                      "freed; records decided so far wait in memory", exc)
+        if self._disk.failed(time.time(), time.monotonic()):  # (one line per episode: FullEpisodes)
+            self.stats.disk_full_since = self._disk.since
+            log.error("the disk holding the outbox or the ledger is full (%s): intake is held (nothing more "
+                      "is acknowledged: the broker keeps the frames) until space is freed", exc)
             self.systemd.notify(STATUS="disk full: intake held until space is freed")
         assert self._box is not None and self._ledger is not None
         ledger = self._ledger
@@ -566,6 +602,7 @@ class Daemon:
             for task in (subscribing, consuming):
                 task.cancel()
             await asyncio.gather(subscribing, consuming, return_exceptions=True)
+            self.unacknowledged = t.held
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
                             "them again to the next session", held)
@@ -673,6 +710,7 @@ class Daemon:
                     frames.append(msg.payload)
             if frames:
                 await self.handle_frame(name, frames)
+            await self._durable()  # (acknowledged when the next group is asked for)
 
     async def _button_message(self, msg: Message) -> None:
         """A message on a privacy button's topic: each press is placed (stream/vouch.py) — at the
@@ -941,6 +979,7 @@ class Daemon:
                 if os.path.abspath(path) not in locked:  # (one lock if both live in one file)
                     locked.add(os.path.abspath(path))
                     locks.enter_context(ExclusiveLock(path, what))
+                    probe_room(path)  # (no room for the next write: DiskFull, one line, exit 74)
             async with await AsyncOutbox.open(Outbox.from_config, s.outbox) as box:
                 self._box = box
                 # the ledger lives on the outbox's thread: a group's ledger events commit right
@@ -1022,16 +1061,28 @@ class Daemon:
         self._closing = True
         for name, hearing in self.hearings.items():
             self._say_unvouched(name, hearing.close())  # (stored with the drained records)
+        drained = 0  # records held for the release delay (their frames are acknowledged)
         for rt in self.runtimes.values():
-            if self._enqueue(rt, rt.drain()):
+            releases = rt.drain()
+            drained += len(releases)
+            if self._enqueue(rt, releases):
                 self._queued.set()
+        full: DiskFull | None = None
         if not writer.done():
             try:
                 async with asyncio.timeout_at(deadline - OFFLINE_RESERVE):
                     await self._flush_stores()
             except TimeoutError:
-                log.error("shutdown: %d decided records could not be stored in time",
-                          sum(len(e.items) for e in self._queue))
+                unstored = sum(len(e.items) for e in (*self._in_hand, *self._queue))
+                if not self._disk.failing:
+                    log.error("shutdown: %d decided records could not be stored in time", unstored)
+                else:  # (exit 74: cli/daemon.py)
+                    full = DiskFull(
+                        f"the disk is still full at shutdown: {self.unacknowledged} raw frame(s) stay "
+                        f"unacknowledged at the broker (delivered again at the next start); {unstored} decided "
+                        f"record(s) not stored, up to {min(drained, unstored)} of them held for the release delay "
+                        "from frames acknowledged earlier (lost as at a crash)")
+                    log.error("shutdown: %s", full)
         await _stop_tasks([writer], TASK_STOP_TIMEOUT)
         # the other daemon owns the identity: leave it alone; or the broker refuses us: no use trying
         taken_over = isinstance(failure, InUse | ConnectRefused)
@@ -1047,6 +1098,8 @@ class Daemon:
                 log.warning("could not publish the offline status in time")
         if failure is not None:
             raise failure
+        if full is not None:
+            raise full
 
     @staticmethod
     def _left(deadline: float) -> float:
@@ -1141,6 +1194,7 @@ class _StoreEntry:
     aggregates: list[_Aggregate]
     newest: float | None = None  # the stream's newest step time (persisted: redeliveries after a restart)
     queued: float = 0.0  # (monotonic) when it was queued
+    number: int = 0  # its place in the queue's order since start (Daemon._durable)
     counts: tuple[int, int] = (0, 0)  # the stream's (released, redacted) counters once it is decided
     #: Must not wait out a group commit's delay: it holds a private mark (its input may be
     #: acknowledged already: a mark lost to a power cut would leave later records unprotected),
