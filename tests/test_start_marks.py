@@ -16,7 +16,8 @@ restart may be — the sensor restarted too (the new first record has any law, t
 are independent of the newer ones) or the chain ran on through G ≥ 0 unseen readings (G up to
 where |λ|^G ≤ 1e-13; beyond it the old records are independent of the new ones within that).
 
-Per mark: whether it was *on time* — none of its left neighbours within the plan's left horizon
+Per mark: whether it was *on time* — none of its left neighbours within the plan's left horizon H
+(within 1 when H = 0: a mark right after a restart has the previous life's last record next to it)
 was published when it arrived (published in an earlier life, or decided in this one: the
 daemon's own ``released + redacted`` counters, read before the flagged frame or the command goes
 in). Contract: an on-time mark is honoured; an honoured mark's any-law leakage is ≤ ε; every figure
@@ -117,7 +118,7 @@ async def run_case(broker: Broker, case: Case, workdir: Path) -> Outcome:
                 horizon = rt.privacy_status()["horizons"]["left"]
                 c = rt.counters  # decided in this life: first .. first + released + redacted − 1
                 decided_upto = first + c.released + c.redacted
-                return any(q < decided_upto for q in range(max(0, p - horizon), p))
+                return any(q < decided_upto for q in range(max(0, p - max(horizon, 1)), p))
 
             async def source(life: list[tuple[int, bool, bool]] = life, first: int = first,
                              daemon: Daemon = daemon) -> AsyncIterator[tuple[str, bytes]]:
