@@ -153,8 +153,8 @@ def register(sub: Any) -> None:
                        "(mixture-martingale row sets, union bound over rows; docs/model-sets.md). By "
                        "default the model class is chosen from the data: time-of-day blocks, drift "
                        "between days and second-order dependence are each kept or dropped by an X² test "
-                       "(--test-level), and the output is a set-chain whose per-block row sets cover "
-                       "what was kept (docs/model-sets.md §7); a recording that does not cover every "
+                       "(--test-level), and the output is a set-chain whose per-block row sets hold "
+                       "what was kept (docs/model-selection.md); a recording that does not cover every "
                        "hour on two days is refused. --model-class homogeneous gives the earlier "
                        "homogeneous region (little data: a wide region, not a refusal).")
     c.add_argument("file", help="JSON lines of frames (or a stream's recorded steps)")
