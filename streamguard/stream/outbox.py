@@ -12,7 +12,10 @@ records** (raw readings never touch disk) and what the daemon needs to resume af
   every stored ``seq``, so a restarted daemon never reuses a position.
 - ``decisions`` — per stream, the redaction probabilities (row0, row1; ``rowk``: the whole row of
   a k-state stream, as JSON) used for the last ``keep`` decided positions (to restore the privatizer's history; one decision per position).
-- ``marks`` — per stream and position, the JSON report of a private mark (upserted).
+- ``marks`` — per stream and position, the JSON report of a private mark (upserted). A closed
+  mark is history (the ledger holds its figures; a restart restores only open ones): those more
+  than ``keep`` records (seq) or steps (a rejected frame's mark, keyed −(position + 1)) behind the
+  newest are deleted, so a burst of private rejected frames leaves a bounded table (issue 28).
 - ``announced`` — the Home Assistant discovery config topics published (stream/hass.py), so that
   the configs of removed streams can be deleted at the next start.
 
@@ -187,12 +190,14 @@ class Outbox:
         # (transactions are explicit; AsyncOutbox.run_here uses the connection from the loop's thread
         # while the worker is idle: one thread at a time, not always the one that opened it)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (a new file: before WAL writes its header)
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
             self._db.close()
             raise sqlite3.OperationalError(f"{path}: the outbox needs WAL mode, got {mode!r}")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        _incremental_vacuum(self._db)
         _add_k_state_rows(self._db)
         #: Stored records per stream (kept in step with every insert and delete: a status asks for
         #: them often, and a COUNT over a large outbox costs milliseconds per stream).
@@ -290,6 +295,9 @@ class Outbox:
                         "DELETE FROM marks WHERE stream = ? AND seq < ? AND json_extract(report, '$.open') = 0",
                         (name, max(by_seq) - keep),
                     )
+                if steps := [-s - 1 for s in by_seq if s < 0]:  # rejected frames' marks, by position
+                    db.execute("DELETE FROM marks WHERE stream = ? AND seq < 0 AND seq > ? "
+                               "AND json_extract(report, '$.open') = 0", (name, keep - max(steps) - 1))
             db.executemany(
                 "INSERT INTO outbox (stream, seq, topic, payload, created_at) VALUES (?, ?, ?, ?, ?)",
                 [(it.stream, it.seq, it.topic, it.payload, now) for it in items],
@@ -306,6 +314,7 @@ class Outbox:
                 lost = db.execute("SELECT stream, COUNT(*) FROM (SELECT stream FROM outbox ORDER BY id LIMIT ?) "
                                   "GROUP BY stream", (excess,)).fetchall()
                 db.execute("DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)", (excess,))
+        _reclaim(self._db)
         self._count += len(items) - max(excess, 0) if items else 0
         self._by_stream.update(it.stream for it in items)
         if items and excess > 0:
@@ -404,6 +413,36 @@ class Outbox:
                 db.execute("INSERT OR IGNORE INTO announced (topic) VALUES (?)", (topic,))
             else:
                 db.execute("DELETE FROM announced WHERE topic = ?", (topic,))
+
+
+#: Free pages (4 KiB) the outbox keeps before giving them back to the file system, and gives back at
+#: most per stored group (``PRAGMA incremental_vacuum``: the cost is bounded per transaction).
+RECLAIM_PAGES = 256
+
+
+def _incremental_vacuum(db: sqlite3.Connection) -> None:
+    """Turn an outbox created before incremental vacuum was enabled into one with it (one VACUUM,
+    once: it rewrites the file). On a disk without room for the copy it stays as it is (retried at
+    the next start): a full disk is handled where it is met (stream/disk.py)."""
+    if db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+        return
+    db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    try:
+        db.execute("VACUUM")
+    except sqlite3.OperationalError as exc:
+        log.warning("outbox: could not enable incremental vacuum (%s); the file keeps its freed pages", exc)
+
+
+def _reclaim(db: sqlite3.Connection) -> None:
+    """Give freed pages back to the file system, after a store (its own small transaction, only
+    once RECLAIM_PAGES pages are free): published records, pruned decisions and marks free pages,
+    and without this the file never shrank after a burst (228 MB after 10⁵ malformed frames, issue
+    28). (``executescript``: ``execute`` runs only the pragma's first step, one page.)"""
+    try:  # (the store is committed: a failure here, a full disk say, must not look like the store's)
+        if db.execute("PRAGMA freelist_count").fetchone()[0] >= RECLAIM_PAGES:
+            db.executescript(f"PRAGMA incremental_vacuum({RECLAIM_PAGES});")
+    except sqlite3.OperationalError as exc:
+        log.debug("outbox: incremental vacuum failed: %s", exc)
 
 
 def _runs(ids: Iterable[int]) -> list[tuple[int, int]]:

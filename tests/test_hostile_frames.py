@@ -1,0 +1,142 @@
+"""Issue 28, hostile input: a burst of frames that are not UTF-8 (rejected, and treated as private:
+they may carry a private request) through the daemon, stdin-fed, against a real Mosquitto. What
+each one costs is measured in steady state — after a warm-up burst of the same size — and printed
+(ledger events, outbox rows and file size, RSS, time per frame); the outbox's part is asserted
+bounded: its marks table keeps at most ``KEEP_DECISIONS`` closed marks of rejected frames per
+stream, and its file gives freed pages back (incremental vacuum), so it does not grow with the
+burst. 10⁴ frames by default; 10⁵ marked slow (the issue's run)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from brokers import Broker
+from daemon_harness import daemon_running, until
+
+from streamguard.config import Settings
+from streamguard.ledger.store import Ledger
+from streamguard.stream.daemon import KEEP_DECISIONS
+
+NOT_UTF8 = b"\xff\xfe not utf-8"
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def _file_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+async def _burst(mosquitto: Broker, tmp_path: Path, n: int) -> dict[str, float]:
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def frames() -> AsyncIterator[tuple[str, bytes]]:
+        while (f := await queue.get()) is not None:
+            yield "s", f
+
+    outbox = tmp_path / "outbox.sqlite"
+    settings = Settings(device="hostile", topic_base="sgh", broker=mosquitto.broker_config(), outbox={"path": outbox},
+                        streams=[{"name": "s", "labels": ["off", "on"], "source": "stdin", "epsilon": 1.0,
+                                  "model": {"alpha": 0.1, "beta": 0.2}, "design": "exact"}])
+    out: dict[str, float] = {}
+    async with daemon_running(settings, extra_sources=[frames]) as (daemon, _, task):
+        await until(lambda: "s" in daemon.runtimes, 60, "the start")
+        for round_ in ("warm", "measured"):
+            assert daemon._ledger is not None
+            events0 = daemon._ledger.head[0]
+            rss0, began = _rss_kb(), time.monotonic()
+            frames0 = daemon.stats.frames
+            for _ in range(n):
+                queue.put_nowait(NOT_UTF8)
+            await until(lambda: daemon.stats.frames - frames0 == n and not daemon._queue, 60 + n / 200,
+                        f"the {round_} burst")
+            await daemon._flush_stores()
+            out[f"{round_}_seconds"] = time.monotonic() - began
+            out[f"{round_}_rss_kb"] = _rss_kb() - rss0
+            out[f"{round_}_events"] = daemon._ledger.head[0] - events0
+            out[f"{round_}_outbox_bytes"] = _file_bytes(outbox)
+        assert not task.done()
+    with sqlite3.connect(outbox) as db:
+        out["marks_rows"] = db.execute("SELECT COUNT(*) FROM marks").fetchone()[0]
+        out["freelist"] = db.execute("PRAGMA freelist_count").fetchone()[0]
+    out["outbox_bytes_closed"] = _file_bytes(outbox)
+    with Ledger.open(settings.ledger_path(), readonly=True) as led:
+        out["ledger_events"] = led.head[0]
+    return out
+
+
+def _report(n: int, r: dict[str, float]) -> None:
+    print(f"\n[hostile ×{n}] per frame (steady state): ledger events {r['measured_events'] / n:.2f}, "
+          f"RSS {r['measured_rss_kb'] / n * 1024:.0f} B, time {r['measured_seconds'] / n * 1e6:.0f} µs; "
+          f"outbox {r['warm_outbox_bytes'] / 1e6:.2f} MB after the first burst, {r['measured_outbox_bytes'] / 1e6:.2f} MB "
+          f"after the second, {r['outbox_bytes_closed'] / 1e6:.2f} MB closed; marks rows {r['marks_rows']:.0f}, "
+          f"free pages {r['freelist']:.0f}; ledger events {r['ledger_events']:.0f}")
+
+
+def _check_outbox(n: int, r: dict[str, float]) -> None:
+    assert r["marks_rows"] <= KEEP_DECISIONS + 64  # bounded, not one per frame
+    # the second burst adds nothing that stays: the file does not grow with the frames (a closed
+    # mark of a rejected frame is about 1.2 KB: n of them would be n × 1.2 KB)
+    assert r["measured_outbox_bytes"] <= r["warm_outbox_bytes"] * 1.1 + 256 * 1024, r
+
+
+async def test_hostile_burst_costs_a_bounded_outbox(mosquitto: Broker, tmp_path: Path) -> None:
+    n = 10_000
+    r = await _burst(mosquitto, tmp_path, n)
+    _report(n, r)
+    _check_outbox(n, r)
+
+
+@pytest.mark.slow
+async def test_hostile_burst_of_100k(mosquitto: Broker, tmp_path: Path) -> None:
+    n = 100_000
+    r = await _burst(mosquitto, tmp_path, n)
+    _report(n, r)
+    _check_outbox(n, r)
+
+
+def _closed(phys: int) -> dict[str, object]:
+    return {"open": False, "state": {"phys": phys}, "report": {"position": phys, "pad": "x" * 1000}}
+
+
+def test_closed_marks_of_rejected_frames_are_pruned_and_the_file_shrinks(tmp_path: Path) -> None:
+    """Closed marks of rejected frames (keys −(position + 1)) more than ``keep`` steps behind the
+    newest are deleted; an open one is kept whatever its age (a restart restores it); the freed
+    pages go back to the file system."""
+    from streamguard.stream.outbox import Item, Outbox
+
+    path = tmp_path / "o.sqlite"
+    with Outbox(path, 100_000, "drop-oldest") as box:
+        box.store([], keep=100, marks={"s": {-1: {**_closed(0), "open": True}}})
+        for lo in range(1, 3001, 100):
+            box.store([], keep=100, marks={"s": {-(p + 1): _closed(p) for p in range(lo, lo + 100)}})
+        keys = sorted(box.marks("s"))
+        assert keys[-1] == -1 and box.marks("s")[-1]["open"]  # the open one stays
+        assert len(keys) <= 201 and min(keys) == -3001  # the newest are kept, the old closed ones gone
+        box.store([Item("s", i, "t", b"y" * 3000) for i in range(3000)], keep=100)
+        box.checkpoint()
+        full = path.stat().st_size
+        rows = box.peek(5000)
+        box.ack(r.id for r in rows)
+        for i in range(40):  # stores give the freed pages back, RECLAIM_PAGES at a time
+            box.store([Item("s", 3000 + i, "t", b"z")], keep=100)
+        box.checkpoint()
+        assert path.stat().st_size < full / 2, (path.stat().st_size, full)
+
+
+def test_an_outbox_without_incremental_vacuum_is_converted(tmp_path: Path) -> None:
+    from streamguard.stream.outbox import Outbox
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE x (a)")
+        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    with Outbox(path, 10, "drop-oldest") as box:
+        assert box._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
