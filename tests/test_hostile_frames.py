@@ -62,6 +62,7 @@ async def _burst(mosquitto: Broker, tmp_path: Path, n: int) -> dict[str, float]:
             out[f"{round_}_rss_kb"] = _rss_kb() - rss0
             out[f"{round_}_events"] = daemon._ledger.head[0] - events0
             out[f"{round_}_outbox_bytes"] = _file_bytes(outbox)
+            out[f"{round_}_ledger_bytes"] = _file_bytes(settings.ledger_path())
         assert not task.done()
     with sqlite3.connect(outbox) as db:
         out["marks_rows"] = db.execute("SELECT COUNT(*) FROM marks").fetchone()[0]
@@ -73,7 +74,9 @@ async def _burst(mosquitto: Broker, tmp_path: Path, n: int) -> dict[str, float]:
 
 
 def _report(n: int, r: dict[str, float]) -> None:
-    print(f"\n[hostile ×{n}] per frame (steady state): ledger events {r['measured_events'] / n:.2f}, "
+    ledger = (r["measured_ledger_bytes"] - r["warm_ledger_bytes"]) / n
+    print(f"\n[hostile ×{n}] per frame (steady state): ledger events {r['measured_events'] / n:.2f} "
+          f"({ledger:.0f} B), "
           f"RSS {r['measured_rss_kb'] / n * 1024:.0f} B, time {r['measured_seconds'] / n * 1e6:.0f} µs; "
           f"outbox {r['warm_outbox_bytes'] / 1e6:.2f} MB after the first burst, {r['measured_outbox_bytes'] / 1e6:.2f} MB "
           f"after the second, {r['outbox_bytes_closed'] / 1e6:.2f} MB closed; marks rows {r['marks_rows']:.0f}, "
