@@ -334,10 +334,13 @@ def check_message(m: Message, *, base: str, device: str, labels: dict[str, Seque
 
 def check_outputs(messages: Iterable[Message], *, base: str, device: str, labels: dict[str, Sequence[str]],
                   mode: str | None = None, inputs: Sequence[str] = ("raw", "cmd")) -> dict[str, int]:
-    """Validate every message whose topic is not an input topic; count them by kind."""
+    """Validate every message whose topic is not an input topic; count them by kind. The daemon's
+    own round-trip marker on ``<base>/<device>/sentinel`` (an opaque token: the identity check
+    at a first start, the buttons' connection) is no output: the shipped bridge does not forward it."""
     counts: dict[str, int] = {}
+    sentinel = f"{base}/{device}/sentinel"
     for m in messages:
-        if m.topic.split("/")[-1] in inputs:
+        if m.topic.split("/")[-1] in inputs or m.topic == sentinel:
             continue
         kind = check_message(m, base=base, device=device, labels=labels, mode=mode)
         counts[kind] = counts.get(kind, 0) + 1

@@ -63,7 +63,7 @@ def test_sigterm_with_stdin_left_open_stops_in_time(mosquitto: Broker, tmp_path:
         deadline = time.monotonic() + 60
         while mosquitto.log_text().count("as streamguard-pipe") < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        p.stdin.write(b'{"state": "off"}\n' * 5)
+        p.stdin.write(b'{"value": "off"}\n' * 5)
         p.stdin.flush()  # (and the pipe stays open)
         time.sleep(1.0)
         t = time.monotonic()

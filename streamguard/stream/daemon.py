@@ -43,7 +43,10 @@ holds either. One daemon per identity: the retained status carries a random ``in
 a daemon that finds, after it first went online, another instance's status on its status topic
 (another streamguard took over its client id or runs the same device) raises
 :class:`~.outbox.InUse` and stops without reconnecting, draining or publishing ``offline`` (which
-would disturb the other one). Nothing here logs a reading: frames are counted, never printed.
+would disturb the other one). One identity, one sequence: before any connection but a short
+check (:meth:`Daemon._check_identity`), a stream this outbox has no position of must not find seqs
+already published under the identity's retained privacy status (:class:`~.outbox.InUse` if it
+does). Nothing here logs a reading: frames are counted, never printed.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ import stat
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1006,15 +1009,20 @@ class Daemon:
         self._input = self._transport("-in", will=False, persistent=True)
         if self.ingest.button_filters():  # privacy buttons: a persistent session of their own
             self._buttons = self._transport("-btn", will=False, persistent=True)
-        publisher = asyncio.create_task(self._publisher.run(), name="publisher")
+        # every connection of the identity waits for the check (the sources, the ticker and the
+        # writer go on: what they decide is stored, and published only if the check passes)
+        checked = asyncio.create_task(self._check_identity(box), name="identity")
+        publisher = asyncio.create_task(_after(checked, self._publisher.run), name="publisher")
         writer = asyncio.create_task(self._writer(), name="writer")
-        workers = [asyncio.create_task(reconnecting(self._control, self._control_session, backoff=PROMPT),
-                                       name="control"),
-                   asyncio.create_task(reconnecting(self._input, self._input_session, backoff=PROMPT), name="input"),
+        control, inputs = self._control, self._input
+        workers = [asyncio.create_task(_after(checked, lambda: reconnecting(control, self._control_session,
+                                                                            backoff=PROMPT)), name="control"),
+                   asyncio.create_task(_after(checked, lambda: reconnecting(inputs, self._input_session,
+                                                                            backoff=PROMPT)), name="input"),
                    asyncio.create_task(self._ticker(), name="ticker")]
-        if self._buttons is not None:
-            workers.append(asyncio.create_task(reconnecting(self._buttons, self._button_session, backoff=PROMPT),
-                                               name="buttons"))
+        if (buttons := self._buttons) is not None:
+            workers.append(asyncio.create_task(_after(checked, lambda: reconnecting(buttons, self._button_session,
+                                                                                    backoff=PROMPT)), name="buttons"))
         sources = [asyncio.create_task(self._feed(src), name="source") for src in self.extra_sources]
         workers += sources
         workers += [asyncio.create_task(grid, name="grid") for grid in self.ingest.grid_tasks(self._ingest_step)]
@@ -1029,7 +1037,47 @@ class Daemon:
             with _frozen_heap() if self._freeze_heap else contextlib.nullcontext():
                 await self._serve(box, stop, stopping, writer, publisher, workers, sources)
         finally:
-            await _stop_tasks([watchdog, ready], TASK_STOP_TIMEOUT)
+            await _stop_tasks([watchdog, ready, checked], TASK_STOP_TIMEOUT)
+
+    async def _check_identity(self, box: AsyncOutbox) -> None:
+        """One identity, one sequence (issue 28). A stream this outbox holds no position of numbers
+        its records from seq 0; if the identity's retained privacy status shows seqs published
+        already (by another outbox: a re-install, a lost disk, a second daemon with an outbox of
+        its own), consumers would get two payloads for one seq. A short clean connection
+        (``<client id>-chk``, no will: a running daemon of the identity is not disturbed) reads
+        those streams' retained privacy statuses — everything retained arrives before a sentinel
+        published after the subscriptions — and raises :class:`~.outbox.InUse` naming the first
+        stream whose ``next_seq`` is above 0. Every other connection waits for it; a broker that
+        is down is waited for (``reconnecting``). A sentinel that does not come back within
+        ``SENTINEL_WAIT`` (an ACL without ``<base>/<device>/sentinel``) is logged and the check
+        passes on what came."""
+        names = list(self.runtimes)
+        positions = await box.run(lambda b: [b.next_position(n) for n in names])
+        fresh = {self.runtimes[n].privacy_topic(): n for n, p in zip(names, positions) if p == 0}
+        if not fresh:
+            return
+        sentinel = self.settings.topic("sentinel")
+        token = f"{self.instance}/identity".encode()
+
+        async def session(t: Transport) -> None:
+            for topic in (*fresh, sentinel):
+                await t.subscribe(topic)
+            await t.publish(sentinel, token, qos=1)
+            async for msg in t.messages():
+                if msg.topic == sentinel and msg.payload == token:
+                    return
+                if msg.topic in fresh and (published := _next_seq(msg.payload)) > 0:
+                    raise InUse(f"stream {fresh[msg.topic]}: seqs 0-{published - 1} were published under device "
+                                f"{self.settings.device} (retained {msg.topic}), but this outbox "
+                                f"({self.settings.outbox.path}) holds none of them and would number from 0 again: run "
+                                "with the outbox that published them, or another device id")
+
+        try:
+            async with asyncio.timeout(SENTINEL_WAIT):
+                await reconnecting(self._transport("-chk", will=False), session, backoff=PROMPT)
+        except TimeoutError:
+            log.warning("identity check: the sentinel on %s did not come back within %g s; going on with the "
+                        "retained statuses received", sentinel, SENTINEL_WAIT)
 
     async def _say_ready(self) -> None:
         """READY=1 (systemd) once the daemon takes input: ``online`` published — so the input
@@ -1166,6 +1214,21 @@ class Daemon:
             log.warning("stream %s: aggregate window [%d, %d] refused: %s", rt.name, a.release.lo, a.release.hi, exc)
             return False
         return True
+
+
+async def _after(checked: asyncio.Task[None], work: Callable[[], Awaitable[Any]]) -> Any:
+    """Run ``work()`` once ``checked`` has passed (its exception, e.g. InUse, is raised instead)."""
+    await asyncio.shield(checked)
+    return await work()
+
+
+def _next_seq(payload: bytes) -> int:
+    """The ``next_seq`` of a retained privacy status (0 if it has none)."""
+    with contextlib.suppress(ValueError):
+        body = json.loads(payload)
+        if isinstance(body, dict) and isinstance(n := body.get("next_seq"), int):
+            return n
+    return 0
 
 
 @contextlib.contextmanager
