@@ -6,7 +6,8 @@ The state follows a continuous-time two-state process whose dwell times depend o
 timing leak the resampler must close): state ``s`` lasts ``dwell[s]`` seconds on average
 (exponential). With ``heartbeat`` > 0 it also re-reports its unchanged state whenever that many
 seconds passed without a message (a device with a guaranteed report interval, whatever its value).
-Formats:
+``retain``: its readings are published retained (None: the format's default — ESPHome retains;
+zigbee2mqtt does with ``retain: true`` in the device's options). Formats:
 
 | format | reading topic | payload | availability (retained, at start) |
 |---|---|---|---|
@@ -59,6 +60,7 @@ class OnChangeSensor:
     seed: int = 0
     initial: int = 0
     heartbeat: float = 0.0
+    retain: bool | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -87,7 +89,7 @@ class OnChangeSensor:
         a message per change (and zigbee2mqtt's republishes of the unchanged state, and heartbeats)."""
         rng = random.Random(self.seed)
         reading, avail = self.topics()
-        retained = self.format == "esphome"
+        retained = self.format == "esphome" if self.retain is None else self.retain
         state = self.initial
         yield ChangeMessage(0.0, avail, self._online(), True, None, False)
         yield ChangeMessage(0.0, reading, self._reading(state, rng), retained, state, True)
@@ -119,6 +121,15 @@ async def paced(sensor: OnChangeSensor, duration: float) -> AsyncIterator[tuple[
         if delay > 0:
             await asyncio.sleep(delay)
         yield start + m.at, m
+
+
+async def retain_state(sensor: OnChangeSensor, host: str, port: int) -> None:
+    """Leave the sensor's initial state on a loopback broker as a retained message — what the
+    broker holds for a retaining device that ran before the daemon started."""
+    require_loopback(host)
+    first = next(m for m in sensor.messages() if m.state is not None)
+    async with aiomqtt.Client(host, port, identifier=client_identifier(sensor.device)) as client:
+        await client.publish(first.topic, first.payload, qos=1, retain=True)
 
 
 async def publish_onchange(sensor: OnChangeSensor, host: str, port: int, duration: float) -> list[tuple[float, ChangeMessage]]:

@@ -507,6 +507,12 @@ class StreamConfig(_Strict):
                              "for stale_after seconds' and reveal the held readings; declare the device's heartbeat "
                              "(its guaranteed report interval whatever its value) below stale_after, or remove "
                              "stale_after")
+        if not self.periodic and self.heartbeat is None and not ing.retained:
+            raise ValueError(f"ingest: {mapping.preset} reports on change and no heartbeat is declared, so a wait for "
+                             "a fresh reading (start-up, reconnect, device back online) could only end at a live "
+                             "message — a change, which would date it and pin the readings before it; publish the "
+                             "device's state retained and set retained = true in [streams.ingest] (zigbee2mqtt: "
+                             "retain: true in the device's options), or declare heartbeat")
 
     def resampled(self) -> bool:
         """Is this stream's step the tick of the daemon's resampler (a mapped on-change source)?"""

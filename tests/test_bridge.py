@@ -30,6 +30,7 @@ import json
 import time
 from pathlib import Path
 
+import aiomqtt
 import pytest
 
 from brokers import DeviceAndCentral
@@ -63,6 +64,7 @@ preset = "zigbee2mqtt"
 device = "hall"
 field = "occupancy"
 values = { true = "occupied", false = "vacant" }
+retained = true
 [streams.homeassistant]
 device_class = "occupancy"
 """
@@ -92,6 +94,10 @@ async def test_only_sanitized_topics_cross_the_bridge(tmp_path: Path,
     command = [(HALL_CMD, b'{"private": "now"}')]
     async with running(central.run(), local_ha.run()):
         await asyncio.wait_for(asyncio.gather(central.subscribed.wait(), local_ha.subscribed.wait()), 10)
+        z2m = brokers.login("zigbee2mqtt")  # the sensor's state, retained (zigbee2mqtt retain: true)
+        async with aiomqtt.Client(z2m.host, z2m.port, identifier="z2m", username=z2m.username,
+                                  password=z2m.secret()) as client:
+            await client.publish(zigbee[1][0], zigbee[1][1], qos=1, retain=True)
         async with daemon_running(settings) as (daemon, _, _):
             # the daemon's retained "online" crossing the bridge: the daemon and the bridge are up
             await central.wait_until(lambda: "online" in central.states(STATUS), 30, "online at the central broker")
@@ -189,7 +195,7 @@ def test_filters_overlap(a: str, b: str, overlap: bool) -> None:
 
 @pytest.mark.parametrize("stream", [
     'raw_topic = "streamguard/other/door/data"',
-    'sample_period = 1.0\n[streams.ingest]\ntopic = "streamguard/+/+/privacy"\n',
+    'sample_period = 1.0\n[streams.ingest]\ntopic = "streamguard/+/+/privacy"\nretained = true\n',
 ])
 def test_inputs_on_sanitized_topics_are_refused(tmp_path: Path, stream: str) -> None:
     conf = tmp_path / "c.toml"

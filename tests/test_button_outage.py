@@ -167,6 +167,7 @@ def _settings(broker: Broker, tmp: Path) -> Settings:
                   "epsilon": EPS, "delay": 10, "sample_period": PERIOD,
                   "ingest": {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
                              "values": {"true": "occupied", "false": "vacant"}, "availability": "none",
+                             "retained": True,
                              "button": {"preset": "zigbee2mqtt", "device": "privacy_button", "field": "action",
                                         "press": ["single"]}}}],
     )
@@ -271,7 +272,7 @@ async def test_a_streams_command_topic_is_read_with_its_button(mosquitto: Broker
     from ingest_harness import ingest_settings, retain, rig
 
     ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
-              "values": {"true": "occupied", "false": "vacant"},
+              "values": {"true": "occupied", "false": "vacant"}, "retained": True,
               "button": {"preset": "zigbee2mqtt", "device": "privacy_button", "field": "action", "press": ["single"]}}
     settings = ingest_settings(mosquitto.broker_config(), tmp_path, ingest, labels=["vacant", "occupied"],
                                sample_period=1.0)

@@ -87,7 +87,7 @@ def _raw(name: str, topic: str | None = None) -> str:
 
 
 def _mapped(name: str, ingest: str) -> str:
-    return HEAD.format(name=name, extra="sample_period = 1.0\n") + f"[streams.ingest]\n{ingest}"
+    return HEAD.format(name=name, extra="sample_period = 1.0\n") + f"[streams.ingest]\nretained = true\n{ingest}"
 
 
 def _z2m(name: str, device: str, field: str = "occupancy", extra: str = "") -> str:

@@ -145,7 +145,7 @@ def test_availability_forms() -> None:
 def test_sample_and_hold_rules() -> None:
     r = Resampler(1.0, stale_after=5.0)
     assert r.sample(10.0).reason == "no-reading"
-    r.reading(Reading("on", 10.2), 10.2)
+    r.reading(Reading("on", 10.2), 10.2, retained=True)  # the state delivered on subscription
     r.reading(Reading("off", 10.9), 11.3)  # received after the tick at 11: not in it
     s = r.sample(11.0)
     assert (s.ts, s.value, s.private) == (11.0, "on", False)
@@ -164,10 +164,12 @@ def test_sample_and_hold_rules() -> None:
     assert r.sample(21.0).reason == "offline"
     r.availability(True, 21.5)
     assert r.sample(22.0).reason == "no-reading"  # the reading before offline is not reused
-    r.reading(Reading("off", 22.2), 22.2)
-    r.reading(Unreadable("unmapped", "field 'x' …", 22.7), 22.7)  # not a reading: "off" stays
-    assert r.sample(23.0).value == "off" and dict(r.counters.unreadable) == {"unmapped": 1}
-    assert dict(r.counters.unknown) == {"no-reading": 2, "stale": 1, "offline": 1}
+    r.reading(Reading("off", 22.2), 22.2)  # live: its time is a change's, it does not end the wait
+    assert r.sample(23.0).reason == "no-reading" and r.counters.live_in_wait == 1
+    r.reading(Reading("off", 23.2), 23.2, retained=True)  # delivered on a new subscription
+    r.reading(Unreadable("unmapped", "field 'x' …", 23.7), 23.7)  # not a reading: "off" stays
+    assert r.sample(24.0).value == "off" and dict(r.counters.unreadable) == {"unmapped": 1}
+    assert dict(r.counters.unknown) == {"no-reading": 3, "stale": 1, "offline": 1}
 
 
 class FakeClock:
@@ -205,7 +207,8 @@ async def test_grid_ticks_on_the_grid_and_counts_missed_ticks() -> None:
 def _settings(tmp: Path, **stream: Any) -> Settings:
     base: dict[str, Any] = {"name": "s", "labels": ["vacant", "occupied"], "model": {"alpha": 0.3, "beta": 0.4},
                             "epsilon": 1.0, "ingest": {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
-                                                       "values": {"true": "occupied", "false": "vacant"}}}
+                                                       "values": {"true": "occupied", "false": "vacant"},
+                                                       "retained": True}}
     return Settings(outbox={"path": tmp / "o.sqlite"}, streams=[base | stream])
 
 
@@ -244,7 +247,7 @@ def test_periodic_stream_steps_per_message(tmp_path: Path) -> None:
 
 def test_button_marks_the_next_tick_and_ignores_retained(tmp_path: Path) -> None:
     ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
-              "values": {"true": "occupied", "false": "vacant"},
+              "values": {"true": "occupied", "false": "vacant"}, "retained": True,
               "button": {"preset": "zigbee2mqtt", "device": "privacy_button", "field": "action", "press": ["single"]}}
     s = IngestStream(_settings(tmp_path, sample_period=1.0, ingest=ingest).streams[0])
     # the button is read on the persistent buttons session, the sensor on the control connection
@@ -273,7 +276,7 @@ def test_button_press_carries_its_own_time(tmp_path: Path) -> None:
     """With the button's ``timestamp``, a press reports when it was pressed (a press queued at the
     broker during an outage is placed at that step: stream/vouch.py); an unreadable time is none."""
     ingest = {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
-              "values": {"true": "occupied", "false": "vacant"},
+              "values": {"true": "occupied", "false": "vacant"}, "retained": True,
               "button": {"preset": "zigbee2mqtt", "device": "b", "field": "action", "press": ["single"],
                          "timestamp": {"field": "t", "format": "epoch-ms"}}}
     s = IngestStream(_settings(tmp_path, sample_period=1.0, ingest=ingest).streams[0])
@@ -297,7 +300,7 @@ def test_retained_redelivery_never_replaces_a_held_reading(tmp_path: Path) -> No
     assert json.loads(s.tick(NOW + 3))["value"] == "occupied"  # type: ignore[arg-type]
     assert s.local_counters()["retained_skipped"] == 1
     assert set(s.status()) == {"preset", "topics", "timing", "sample_period", "stale_after", "heartbeat",
-                               "missed_ticks", "unknown_steps"}  # nothing counted per raw message is published
+                               "retained", "missed_ticks", "unknown_steps"}  # nothing counted per raw message is published
 
 
 def test_a_lost_broker_connection_makes_the_held_reading_unknown(tmp_path: Path) -> None:
@@ -308,7 +311,7 @@ def test_a_lost_broker_connection_makes_the_held_reading_unknown(tmp_path: Path)
     hub = IngestHub(settings, clock=lambda: clock[0])
     clock = [NOW + 0.5]
     s = hub.streams["s"]
-    hub.route("zigbee2mqtt/hall", b'{"occupancy":true}', retain=False, now=clock[0])
+    hub.route("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=clock[0])  # on subscription
     assert json.loads(s.tick(NOW + 1))["value"] == "occupied"  # type: ignore[arg-type]
     clock[0] = NOW + 1.5
     hub.connection(False)
@@ -327,7 +330,7 @@ def test_recorder_writes_the_steps_privately(tmp_path: Path) -> None:
     steps = tmp_path / "steps.jsonl"
     s = IngestStream(_settings(tmp_path, sample_period=1.0, record={"steps_file": steps, "max_steps": 3}).streams[0])
     s.tick(t0)
-    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=False, now=t0 + 0.5)
+    s.on_message("zigbee2mqtt/hall", b'{"occupancy":true}', retain=True, now=t0 + 0.5)  # on subscription
     for i in range(1, 4):
         s.tick(t0 + i)
     s.close()
@@ -372,7 +375,7 @@ def test_ticks_reach_the_runtime_as_steps(mechanism: str, tmp_path: Path) -> Non
             "labels": ["rest", "walk", "run"], "mechanism": "channel", "epsilon": None,
             "model": {"matrix": [[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]},
             "channel": {"kind": "rr", "epsilon": 1.0, "prior": [0.3, 0.4, 0.3]},
-            "ingest": {"topic": "act/state", "values": {"0": "rest", "1": "walk", "2": "run"}}}
+            "ingest": {"topic": "act/state", "values": {"0": "rest", "1": "walk", "2": "run"}, "retained": True}}
     else:
         stream = {}
     settings = _settings(tmp_path, sample_period=1.0, **stream)
@@ -383,7 +386,7 @@ def test_ticks_reach_the_runtime_as_steps(mechanism: str, tmp_path: Path) -> Non
     steps = []
     for i, payload in enumerate([None, *payloads, None]):
         if payload is not None:
-            ingest.on_message(topic, payload, retain=False, now=t0 + i + 0.5)
+            ingest.on_message(topic, payload, retain=i == 1, now=t0 + i + 0.5)  # (the first: on subscription)
         steps.append(ingest.tick(t0 + i + 1))
         rt.on_frame(steps[-1], t0 + i + 1)
     assert rt.counters.accepted == 4 and dict(rt.counters.rejected) == {"no-reading": 1}

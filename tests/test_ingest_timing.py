@@ -42,7 +42,7 @@ import numpy as np
 from brokers import Broker
 from daemon_harness import Spy, daemon_running, running
 from firmware_sim.onchange import OnChangeSensor, publish_onchange
-from ingest_harness import ingest_settings, until
+from ingest_harness import ingest_settings, retain, until
 from streamguard.ingest.grid import tick_index
 from streamguard.stream.transport import Message
 
@@ -89,8 +89,10 @@ async def test_publish_times_independent_of_change_times(mosquitto: Broker, tmp_
     settings = ingest_settings(
         mosquitto.broker_config(), tmp_path,
         {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
-         "values": {"true": "occupied", "false": "vacant"}},
+         "values": {"true": "occupied", "false": "vacant"}, "retained": True},
         labels=["vacant", "occupied"], sample_period=PERIOD)
+    initial = next(m for m in sensor.messages() if m.state is not None)  # its state, retained on the broker
+    await retain(settings.broker, [(initial.topic, initial.payload)])
     spy = TimedSpy(settings.broker, "sg/ingest-test/s/data")
     async with running(spy.run()):
         await asyncio.wait_for(spy.subscribed.wait(), 10)
@@ -105,7 +107,7 @@ async def test_publish_times_independent_of_change_times(mosquitto: Broker, tmp_
     assert status is not None and status["missed_ticks"] <= 2
     changes = [at for at, m in sent if m.change and m.state is not None][1:]  # (the first is the initial state)
     assert len(changes) > 1.5 * DURATION
-    truth = [(at, m.state) for at, m in sent if m.state is not None]
+    truth = [(float("-inf"), initial.state)] + [(at, m.state) for at, m in sent if m.state is not None]
 
     # 1. exactly the grid; consecutive; true values
     ticks = [tick_index(r["ts"], PERIOD) for _, r in records]

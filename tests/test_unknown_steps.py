@@ -71,7 +71,7 @@ def _settings(tmp: Path, *, alpha: float, beta: float, period: float, stale_afte
         "name": "hall", "labels": LABELS, "epsilon": 1.0, "sample_period": period,
         "model": {"alpha": alpha, "beta": beta},
         "ingest": {"preset": "zigbee2mqtt", "device": "hall", "field": "occupancy",
-                   "values": {"true": "occupied", "false": "vacant"}}}
+                   "values": {"true": "occupied", "false": "vacant"}, "retained": heartbeat is None}}
     if stale_after is not None:
         stream["stale_after"] = stale_after
     if heartbeat is not None:
@@ -100,6 +100,7 @@ def simulate(settings: Settings, sensor: OnChangeSensor, presses: list[float], t
         if m.state is not None:
             states.append((t0 + m.at + LATENCY, m.state))
     events.sort(key=lambda e: e[0])
+    first = next((n for n, e in enumerate(events) if e[1] == sensor.topics()[0]), -1)
     run = Run(period, ticks)
     releases: list[Any] = []
     i = j = 0
@@ -110,8 +111,8 @@ def simulate(settings: Settings, sensor: OnChangeSensor, presses: list[float], t
             if topic == "press":  # the button's press, placed by its receive time
                 assert ingest.resampler is not None
                 ingest.resampler.press(at)
-            else:
-                ingest.on_message(topic, payload, retain=False, now=at)
+            else:  # (the sensor's first message: its state, delivered on the daemon's subscription)
+                ingest.on_message(topic, payload, retain=i == first, now=at)
             i += 1
         while j + 1 < len(states) and states[j + 1][0] <= g:
             j += 1
@@ -364,7 +365,8 @@ def test_an_unmapped_value_makes_no_gap(seed: int, tmp_path: Path) -> None:
     for k in range(400):
         g = (T0_TICK + k + 1) * 0.5
         while i < len(changes) and t0 + changes[i][0] + LATENCY <= g:
-            ingest.on_message("zigbee2mqtt/hall", payloads[changes[i][1]], retain=False, now=t0 + changes[i][0] + LATENCY)
+            ingest.on_message("zigbee2mqtt/hall", payloads[changes[i][1]], retain=i == 0,
+                              now=t0 + changes[i][0] + LATENCY)
             i += 1
         steps.append(ingest.tick(g))
         rt.on_frame(steps[-1], g)

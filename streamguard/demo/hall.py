@@ -1,7 +1,9 @@
 """The demo's zigbee2mqtt-style occupancy sensor (issue 10): an on-change sensor
 (firmware_sim.onchange) publishing ``zigbee2mqtt/demo_hall`` — ``{"occupancy": …, "battery": …,
-"linkquality": …}`` on change, plus republishes of the unchanged state — read by the daemon through
-the zigbee2mqtt preset and the resampler (one step per ``PERIOD`` s tick, stamped with the tick).
+"linkquality": …}`` on change, plus republishes of the unchanged state, retained (zigbee2mqtt's
+``retain: true``) — read by the daemon through the zigbee2mqtt preset and the resampler (one step per
+``PERIOD`` s tick, stamped with the tick). Its state is on the broker before the daemon starts, so
+the stream begins at the state delivered on subscription (docs/unknown-steps.md, "How a wait ends").
 
 The end-of-demo check compares what a consumer saw with the sensor's ground truth: every record's
 ``ts`` is a grid tick, seqs are 0, 1, … in order, and every released value is the sensor's state at
@@ -27,11 +29,11 @@ def hall_stream() -> dict[str, Any]:
     return {"name": NAME, "labels": list(LABELS), "model": {"alpha": 0.067, "beta": 0.2}, "epsilon": 1.0,
             "design": "exact", "sample_period": PERIOD,
             "ingest": {"preset": "zigbee2mqtt", "device": "demo_hall", "field": "occupancy",
-                       "values": {"true": "occupied", "false": "vacant"}}}
+                       "values": {"true": "occupied", "false": "vacant"}, "retained": True}}
 
 
 def hall_sensor(seed: int) -> OnChangeSensor:
-    return OnChangeSensor("zigbee2mqtt", "demo_hall", dwell=(3.0, 1.0), republish=0.5, seed=seed)
+    return OnChangeSensor("zigbee2mqtt", "demo_hall", dwell=(3.0, 1.0), republish=0.5, seed=seed, retain=True)
 
 
 def check_hall(records: list[dict[str, Any]], sent: list[tuple[float, ChangeMessage]]) -> list[str]:

@@ -33,7 +33,7 @@ import aiomqtt
 
 from firmware_sim import Button, Faults, Labels, SimDevice, SimStream, publish_device
 
-from firmware_sim.onchange import publish_onchange
+from firmware_sim.onchange import publish_onchange, retain_state
 
 from ..config import Settings
 from ..redaction.plan import relation
@@ -201,6 +201,7 @@ async def run_demo(duration: float, rate: float, seed: int, broker: tuple[str, i
         watch, ready, stop = Watch(), asyncio.Event(), asyncio.Event()
         listener = asyncio.create_task(_subscribe(host, port, watch, ready))
         await asyncio.wait_for(ready.wait(), 10)
+        await retain_state(hall_sensor(seed), host, port)  # zigbee2mqtt ran before: its retained state
         daemon = Daemon(settings)
         daemon_task = asyncio.create_task(daemon.run(stop))
         async with asyncio.timeout(30):  # "online" is published once the raw topics are subscribed

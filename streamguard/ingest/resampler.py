@@ -11,15 +11,19 @@ arrived; the tick times, and so every later decision and publish time, depend on
 A step is *unknown* — treated like a rejected frame: redacted with probability 1, it occupies its
 step, it is counted by reason, never guessed — when
 
-- ``no-reading``: nothing was received yet (since start-up, or since the device went offline). With
-  a declared ``heartbeat`` the wait (from start-up, back online, reconnected) ends exactly
-  ``heartbeat`` later — by then a device that keeps it has reported — never at a message: on an
-  on-change source the first message is a change, and a wait ending with it would date it;
+- ``no-reading``: waiting for a fresh reading (since start-up, back online, reconnected). The wait
+  never ends at a live message: on an on-change source the first one is a change, and a wait ending
+  with it would date it and pin the steps before it (docs/unknown-steps.md, "How a wait ends").
+  With a declared ``heartbeat`` it ends exactly ``heartbeat`` after it began — by then a device
+  that keeps it has reported. Without one it ends only at a *retained* reading: the device's state
+  the broker delivers right after the daemon's (re)subscription (the config requires
+  ``retained = true`` then); live readings meanwhile are not held (counted for the log). A device
+  back online is therefore unknown until the daemon's next subscription (a reconnect or restart);
 - ``offline``: the availability topic says offline (or sends a payload that is neither online nor
   offline: fail closed). A device that comes back needs a fresh reading: the held one may have
   changed while it was away;
 - ``disconnected``: the daemon's own connection to the broker is down — messages sent meanwhile are
-  lost, so after it is back only a fresh reading counts (a retained state redelivered on the new
+  lost, so after it is back only a fresh reading counts (the retained state delivered on the new
   subscription is one);
 - ``stale``: the held reading's time (its payload time, else its receive time) is more than
   ``stale_after`` seconds before g_n (allowed only with a declared ``heartbeat`` below it: on an
@@ -34,7 +38,8 @@ reading: the held one stays, and it is counted for the log only. Making the step
 the next readable message would date the source's messages — its changes — and, for a value only one
 state sends, name that state (docs/unknown-steps.md). It still counts as the source being heard.
 
-A reading whose payload time is older than the held reading's is late and ignored (counted). A
+A reading whose payload time is older than the held reading's is late and ignored (counted), and
+so is a retained one while a reading is held (a subscription's redelivery may be older). A
 privacy-button press marks the step of the next tick — the step that holds the reading of the
 moment of the press. Observations are applied in receive order at the first tick at or after their
 receive time, so a tick that runs late (a busy event loop) still samples exactly what had arrived by
@@ -69,6 +74,7 @@ class Sample:
 class _Observation:
     recv: float
     reading: Reading | Unreadable | None = None
+    retained: bool = False  # a reading the broker delivered on subscription (the retain flag)
     online: bool | None = None
     press: bool = False
     connected: bool | None = None
@@ -87,7 +93,10 @@ class ResamplerCounters:
     #: Messages that could not be read, by reason (the held reading stayed).
     unreadable: Counter[str] = field(default_factory=Counter)
     presses: int = 0
-
+    #: Live readings received while waiting for the retained state (not held).
+    live_in_wait: int = 0
+    #: Retained readings received while one is held (a subscription's redelivery: maybe older).
+    retained_skipped: int = 0
 
 
 class Resampler:
@@ -104,6 +113,10 @@ class Resampler:
         self.silent: float | None = None
         #: With a heartbeat: no step is known before this time (the current wait's start + heartbeat).
         self._wait_end: float | None = None
+        #: Without a heartbeat: since when the current wait for a retained reading lasts (None: no
+        #: such wait; the start-up's begins at the first tick).
+        self.awaiting: float | None = None
+        self._awaiting = heartbeat is None
         self._started = False
         self.counters = ResamplerCounters()
         self._held: Reading | None = None
@@ -113,23 +126,14 @@ class Resampler:
         self._pending: deque[_Observation] = deque()
 
     # -- what arrives (with the daemon's receive time) -----------------------------------------
-    def reading(self, r: Reading | Unreadable, recv: float) -> None:
-        self._queue(_Observation(recv, reading=r))
+    def reading(self, r: Reading | Unreadable, recv: float, *, retained: bool = False) -> None:
+        """A reading received at ``recv``; ``retained``: delivered by the broker on subscription."""
+        self._queue(_Observation(recv, reading=r, retained=retained))
 
     @property
     def connected(self) -> bool:
         """The daemon's broker connection as last reported (applied, or waiting for its tick)."""
         return next((o.connected for o in reversed(self._pending) if o.connected is not None), self._connected)
-
-    def holds_reading(self) -> bool:
-        """Will a reading be held once what has arrived is applied?"""
-        held = isinstance(self._held, Reading)
-        for o in self._pending:
-            if o.online is False or o.connected is not None:
-                held = False
-            if isinstance(o.reading, Reading):  # (a late reading is ignored, but then a reading was held)
-                held = True
-        return held
 
     def availability(self, online: bool, recv: float) -> None:
         self._queue(_Observation(recv, online=online))
@@ -168,15 +172,22 @@ class Resampler:
             self._heard = obs.recv
             if isinstance(r, Unreadable):
                 self.counters.unreadable[r.reason] += 1
+            elif obs.retained and self._held is not None:
+                self.counters.retained_skipped += 1
+            elif self._awaiting and not obs.retained:
+                self.counters.live_in_wait += 1  # its time is a change's: it cannot end the wait
             elif self._held is not None and r.ts < self._held.ts:
                 self.counters.late += 1
             else:
                 self._held = r
+                self._awaiting, self.awaiting = False, None
 
     def _wait(self, since: float) -> None:
         """A wait for a fresh reading begins (module docstring, ``no-reading``)."""
         if self.heartbeat is not None:
             self._wait_end = since + self.heartbeat
+        else:
+            self._held, self._awaiting, self.awaiting = None, True, since
 
     # -- one tick ------------------------------------------------------------------------------
     def sample(self, g: float) -> Sample:
@@ -188,7 +199,10 @@ class Resampler:
         if not self._started:
             self._started = True
             self._heard = g if self._heard is None else self._heard
-            self._wait(g)
+            if self.heartbeat is not None:
+                self._wait(g)
+            elif self._awaiting:
+                self.awaiting = g
         if self.silent is None and self.heartbeat is not None and self._connected and self._online \
                 and g - self._heard > self.heartbeat:
             self.silent = g

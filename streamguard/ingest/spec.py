@@ -108,6 +108,12 @@ class IngestConfig(TopicSpec):
     timestamp: TimestampSpec | Literal["receive"] | None = None
     #: The device's availability topic: ``none``, explicit, or (omitted) the preset's.
     availability: AvailabilitySpec | Literal["none"] | None = None
+    #: The operator's statement that the device's state is published retained (zigbee2mqtt:
+    #: ``retain: true`` in the device's options; ESPHome does by default), so that the broker
+    #: delivers it on every subscription. Without a ``heartbeat``, a resampled source's wait for a
+    #: fresh reading ends only at such a state; a source that declares neither is refused
+    #: (docs/unknown-steps.md, "How a wait ends").
+    retained: bool = False
     button: ButtonConfig | None = None
 
     @model_validator(mode="after")

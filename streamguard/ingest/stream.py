@@ -9,8 +9,9 @@ exactly like a rejected frame (redacted with probability 1, occupies its step, c
 - **Resampled** (``sample_period``, not ``periodic``): messages only update the resampler; steps
   come from :meth:`IngestStream.tick`, driven by the grid task (:mod:`.grid`). A retained message
   is the broker's memory of the device's state: it is held when nothing else is (at start-up, after
-  the device was offline) and skipped otherwise (a reconnect redelivers it, and it may be older
-  than the reading held); a republished unchanged state changes nothing. Neither makes a step.
+  a reconnect) and skipped otherwise (it may be older than the reading held); without a heartbeat
+  it is the only reading that ends a wait (resampler.py, ``no-reading``). A republished unchanged
+  state changes nothing. Neither makes a step.
 - **Periodic** (``periodic = true``): each mapped message is a step, at its timestamp (payload
   field, else receive time); a retained message is a previous run's step and is skipped;
   availability is not used (there is no tick to make unknown). The privacy button marks the newest
@@ -46,6 +47,12 @@ log = logging.getLogger(__name__)
 #: What a step is handed to the runtime as: frame bytes, or the rejection of an unknown reading.
 StepInput = bytes | Rejection
 NOW_COMMAND = b'{"private":"now"}'
+#: Seconds a wait for the retained state may last before the log and the status say why.
+RETAINED_WAIT = 10.0
+WAITING = (f"no retained state was delivered on subscription within {RETAINED_WAIT:g} s of the wait's start (start-up, "
+           "reconnect, device back online), and without a heartbeat nothing else ends it (a live message would date "
+           "a change): every step stays unknown until one comes with the next subscription — publish the device's "
+           "state retained (zigbee2mqtt: retain: true in its options) or declare heartbeat")
 
 _UNKNOWN_MESSAGES = {
     "no-reading": "no reading received yet",
@@ -77,6 +84,8 @@ class IngestStream:
         self.messages = 0
         self.retained_skipped = 0
         self.missed_ticks = 0
+        #: The wait (its start) already reported as lasting past RETAINED_WAIT.
+        self._said_waiting: float | None = None
 
     def filters(self) -> list[str]:
         """The sensor's topic filters (readings and availability; not the button's)."""
@@ -119,10 +128,7 @@ class IngestStream:
             return out
         self.messages += 1
         if self.resampler is not None:
-            if retain and self.resampler.holds_reading():
-                self.retained_skipped += 1  # redelivered on a reconnect: maybe older than what is held
-            else:
-                self.resampler.reading(reading, now)
+            self.resampler.reading(reading, now, retained=retain)
         elif retain:
             self.retained_skipped += 1
         else:
@@ -141,6 +147,11 @@ class IngestStream:
             log.error("stream %s: no message for more than the declared heartbeat (%g s) while the device is online: "
                       "every step is unknown until the daemon is restarted (check heartbeat)", self.name,
                       self.cfg.heartbeat)
+        since = self.resampler.awaiting
+        if sample.reason == "no-reading" and since is not None and g - since > RETAINED_WAIT \
+                and self._said_waiting != since:
+            self._said_waiting = since
+            log.error("stream %s: %s", self.name, WAITING)
         return self._input(sample)
 
     def _input(self, s: Sample) -> StepInput:
@@ -166,8 +177,11 @@ class IngestStream:
             doc["sample_period"] = self.cfg.sample_period
             doc["stale_after"] = self.cfg.stale_after
             doc["heartbeat"] = self.cfg.heartbeat
+            doc["retained"] = self.cfg.ingest is not None and self.cfg.ingest.retained
             if self.resampler.silent is not None:
                 doc["stopped"] = _UNKNOWN_MESSAGES["heartbeat"]
+            if self.resampler.awaiting is not None and self._said_waiting == self.resampler.awaiting:
+                doc["waiting"] = WAITING
             doc["missed_ticks"] = self.missed_ticks
             doc["unknown_steps"] = dict(self.resampler.counters.unknown)
         else:
@@ -180,7 +194,9 @@ class IngestStream:
         out = {"messages": self.messages, "retained_skipped": self.retained_skipped}
         if self.resampler is not None:
             c = self.resampler.counters
-            out |= {"late_readings": c.late, "unreadable": sum(c.unreadable.values()), "button_presses": c.presses}
+            out["retained_skipped"] += c.retained_skipped
+            out |= {"late_readings": c.late, "unreadable": sum(c.unreadable.values()), "button_presses": c.presses,
+                    "live_in_wait": c.live_in_wait}
         return out
 
     def close(self) -> None:
