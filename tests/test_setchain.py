@@ -58,3 +58,17 @@ def test_rejects_malformed(mutate, msg):
     mutate(d)
     with pytest.raises(ModelError, match=msg):
         SetChain.from_json(d)
+
+
+def test_memory_round_trips_and_is_validated():
+    sc = _two_blocks()
+    assert sc.memory == 1 and SetChain.from_json(sc.to_json()).memory == 1
+    d = sc.to_json()
+    d["memory"] = 2
+    assert SetChain.from_json(d).memory == 2
+    del d["memory"]
+    assert SetChain.from_json(d).memory == 1  # older files: first order
+    for bad in (0, 4, 1.5, True):
+        d["memory"] = bad
+        with pytest.raises(ModelError, match="memory"):
+            SetChain.from_json(d)

@@ -244,3 +244,65 @@ def test_hidden_history_dependence_is_not_bounded():
     print(f"hidden-history policy: leakage {found} for released tails 1, 3, 5; set-chain bound {bound:.4f}")
     assert found[0] < found[1] < found[2]
     assert found[2] > bound  # outside the certified class, as the page says
+
+
+# -- second order (memory 2): docs/time-varying.md §4 -----------------------------------------------
+def _second_order_paths(xs: np.ndarray, code) -> np.ndarray:
+    """(4, paths): Pr(path | (X_0, X_1) = z) for a binary chain whose step t ≥ 1 draws X_{t+1} = 1
+    with probability q_t(X_{t−1}, X_t); ``code[t − 1]`` bit 2u + v picks hi (1) or lo (0) of row v's
+    range for the context (u, v) (from ``_Q``)."""
+    out = np.zeros((4, xs.shape[0]))
+    for i, x in enumerate(xs):
+        w = 1.0
+        for t in range(1, len(x) - 1):
+            z = 2 * x[t - 1] + x[t]
+            q = _Q[x[t]][(code[t - 1] >> z) & 1]
+            w *= q if x[t + 1] == 1 else 1.0 - q
+        out[2 * x[0] + x[1], i] = w
+    return out
+
+
+_Q: list[tuple[float, float]] = []
+
+
+def _second_order_truth(lo: np.ndarray, hi: np.ndarray, L: int, R: int, codes) -> float:
+    """Window [p − L, p + R], two released records on each side, any law of (X_0, X_1)."""
+    _Q[:] = [(lo[0, 1], hi[0, 1]), (lo[1, 1], hi[1, 1])]  # P(next = 1) after 0 / after 1
+    n, p = L + R + 5, L + 2
+    rows = np.zeros((n, 2))
+    rows[2:p + R + 1] = 1.0
+    xs, ys = _paths(2, n), _outputs(2, n, p)
+    E = _emission(rows, xs, ys, p)
+    return max(_leakage(_second_order_paths(xs, c), xs, E, p, np.eye(4)[z]) for c in codes for z in range(4))
+
+
+def _steps_of(lo, hi, n=40):
+    return np.broadcast_to(lo, (n, 2, 2)).copy(), np.broadcast_to(hi, (n, 2, 2)).copy()
+
+
+def test_first_order_bound_misses_a_second_order_chain():
+    """Every conditional row of this chain lies in the first-order sets, yet its kernel depends on
+    the state before: the first-order (memory 1) window bound is exceeded; the memory-2 bound holds."""
+    lo = np.array([[0.3, 0.23], [0.23, 0.44]])
+    hi = np.array([[0.77, 0.7], [0.56, 0.77]])
+    truth = _second_order_truth(lo, hi, 2, 1, [(7, 8, 12, 10, 12, 1)])
+    klo, khi = _steps_of(lo, hi)
+    first = window_bound(klo, khi, klo, khi, None, 2, 1)
+    second = window_bound(klo, khi, klo, khi, None, 2, 1, memory=2)
+    print(f"second-order chain: truth {truth:.4f} > first-order bound {first:.4f}; memory-2 bound {second:.4f}")
+    assert truth > first + 0.2
+    assert second >= truth
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_memory2_bound_covers_sampled_second_order_chains(seed):
+    rng = np.random.default_rng(200 + seed)
+    a, b = np.sort(rng.uniform(0.02, 0.6, 2)), np.sort(rng.uniform(0.02, 0.6, 2))
+    lo = np.array([[1 - a[1], a[0]], [b[0], 1 - b[1]]])
+    hi = np.array([[1 - a[0], a[1]], [b[1], 1 - b[0]]])
+    L, R = 1, 1
+    codes = [tuple(rng.integers(0, 16, L + R + 3)) for _ in range(150)] + [(0,) * 5, (15,) * 5, (5,) * 5, (10,) * 5]
+    truth = _second_order_truth(lo, hi, L, R, codes)
+    klo, khi = _steps_of(lo, hi)
+    bound = window_bound(klo, khi, klo, khi, None, L, R, memory=2)
+    assert bound >= truth, (bound, truth)

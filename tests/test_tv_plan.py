@@ -103,3 +103,25 @@ def test_plan_model_prints_the_cost_per_block(tmp_path, capsys):
     assert [b["block"] for b in doc["blocks"]] == [0, 1, 2] and doc["refused"] == []
     assert all(b["bound"] <= 1.0 and b["left_seconds"] == 300.0 * b["left"] for b in doc["blocks"])
     assert main(["plan", "--model", str(model), "--epsilon", "1", "--n", "5"]) == 2
+
+
+def test_memory_two_plans_cost_more_and_are_certified_lifted():
+    sc = _home()
+    first = block_plan(sc, 2, 1.0, max_records=400)
+    second = block_plan(sc, 2, 1.0, max_records=400, memory=2)
+    assert first is not None and second is not None and second.memory == 2
+    assert second.redacted > first.redacted
+    llo, lhi = offset_sets(sc, 2, -np.arange(1, 402))
+    rlo, rhi = offset_sets(sc, 2, np.arange(0, 401))
+    assert window_bound(llo, lhi, rlo, rhi, None, second.left, second.right, memory=2) <= 1.0
+    assert window_bound(llo, lhi, rlo, rhi, None, first.left, first.right, memory=2) > 1.0
+
+
+def test_a_memory_too_large_to_certify_is_refused(tmp_path, capsys):
+    three = SetChain(("a", "b", "c"), 60.0, (Block(0.0, np.full((3, 3), 0.2), np.full((3, 3), 0.5)),), memory=2)
+    with pytest.raises(ValueError, match="9 states"):
+        block_plan(three, 0, 1.0)
+    model = tmp_path / "model.json"
+    model.write_text(three.dumps())
+    assert main(["plan", "--model", str(model), "--epsilon", "1"]) == 2
+    assert "9 states" in capsys.readouterr().err

@@ -38,7 +38,10 @@ def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
     if args.baseline != "none" or args.brute or args.plot or args.threshold is not None or args.weights is not None:
         raise CliError("a set-chain is planned with window plans only (no --baseline, --brute, --plot, "
                        "--threshold or --weights)")
-    plans = block_plans(sc, args.epsilon)
+    try:
+        plans = block_plans(sc, args.epsilon)
+    except ValueError as exc:  # a memory too large to certify
+        raise CliError(f"--model {args.model}: {exc}") from None
     rows: list[dict[str, Any]] = []
     for i, bp in enumerate(plans):
         b = sc.blocks[i]
@@ -50,10 +53,12 @@ def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
     missing = [i for i, bp in enumerate(plans) if bp is None]
     if args.json:
         print(json.dumps({"kind": "setchain", "epsilon": args.epsilon, "sample_period": sc.sample_period,
+                          "memory": sc.memory,
                           "blocks": rows, "refused": missing}))
     else:
+        order = "" if sc.memory == 1 else f", kernels depending on the last {sc.memory} states"
         print(f"window plans per time-of-day block over the set-chain ({len(sc.blocks)} blocks, "
-              f"{sc.k} states, sample period {duration(sc.sample_period)}), ε={args.epsilon:g} nats; "
+              f"{sc.k} states, sample period {duration(sc.sample_period)}{order}), ε={args.epsilon:g} nats; "
               "certified for every fixed kernel sequence in the block sets (docs/time-varying.md)")
         for i, bp in enumerate(plans):
             if bp is None:

@@ -26,6 +26,8 @@ from ..chain import ModelError
 
 KIND = "setchain"
 VERSION = 1
+#: Largest memory (order) a set-chain may declare.
+MAX_MEMORY = 3
 #: Slack allowed on the row sums of lo (≤ 1) and hi (≥ 1) when validating (JSON round trip).
 ROW_SLACK = 1e-12
 
@@ -92,7 +94,11 @@ class SetChain:
     ``blocks`` are sorted by ``start``, the first starts at 0, all lie in [0, period); block i
     covers [start_i, start_{i+1}) (the last up to ``period``). The record at epoch ``ts`` is in
     block :meth:`block_at` (ts + utc_offset) mod period; the kernel of the step from the record at
-    ts to the next one is drawn from that record's block."""
+    ts to the next one is drawn from that record's block.
+
+    ``memory`` m: the kernel may also depend on the last m states (higher-order effects), every
+    conditional row inside the block's set; 1 is a first-order set-chain. The planners certify over
+    the chain of m-tuples (docs/time-varying.md §4)."""
 
     labels: tuple[str, ...]
     sample_period: float
@@ -100,6 +106,7 @@ class SetChain:
     period: float = 86400.0
     utc_offset: float = 0.0
     calibration: dict[str, Any] | None = None
+    memory: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
@@ -117,6 +124,8 @@ class SetChain:
             raise ModelError("set-chain: period must be a positive number of seconds")
         if not math.isfinite(self.utc_offset):
             raise ModelError("set-chain: utc_offset must be finite")
+        if isinstance(self.memory, bool) or not isinstance(self.memory, int) or not 1 <= self.memory <= MAX_MEMORY:
+            raise ModelError(f"set-chain: memory must be an integer in 1..{MAX_MEMORY}")
         starts = [b.start for b in self.blocks]
         if starts[0] != 0.0 or any(b >= a for a, b in zip(starts[1:], starts[:-1])) or starts[-1] >= self.period:
             raise ModelError("set-chain: block starts must be sorted, distinct, begin at 0 and lie in [0, period)")
@@ -162,7 +171,7 @@ class SetChain:
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": KIND, "version": VERSION, "labels": list(self.labels),
                              "sample_period": float(self.sample_period), "period": float(self.period),
-                             "utc_offset": float(self.utc_offset),
+                             "utc_offset": float(self.utc_offset), "memory": int(self.memory),
                              "blocks": [b.to_dict() for b in self.blocks]}
         if self.calibration is not None:
             d["calibration"] = self.calibration
@@ -181,7 +190,7 @@ class SetChain:
             blocks = tuple(Block.from_dict(b) for b in d["blocks"])
             return cls(labels=tuple(d["labels"]), sample_period=float(d["sample_period"]), blocks=blocks,
                        period=float(d.get("period", 86400.0)), utc_offset=float(d.get("utc_offset", 0.0)),
-                       calibration=d.get("calibration"))
+                       calibration=d.get("calibration"), memory=d.get("memory", 1))
         except ModelError:
             raise
         except (KeyError, TypeError, ValueError) as e:

@@ -118,11 +118,13 @@ def right_term(klo: Arr, khi: Arr, rows: Arr, *, ends: bool) -> Arr:
     return right_bounds_steps(_c(klo), _c(khi), _c(rows), ends)
 
 
-def total(left: Arr, right: Arr) -> float:
-    """max over a ≠ b of left[a, b] + right[a, b], rounded outward."""
+def total(left: Arr, right: Arr, mask: NDArray[np.bool_] | None = None) -> float:
+    """max over a ≠ b (over ``mask``, lifted chains: :func:`pair_mask`) of left[a, b] + right[a, b],
+    rounded outward."""
     s = left + right
-    np.fill_diagonal(s, -math.inf)
-    return _up(float(np.max(s)))
+    if mask is None:
+        mask = ~np.eye(s.shape[0], dtype=bool)
+    return _up(float(np.max(np.where(mask, s, -math.inf))))
 
 
 def chain_bound(klo: Arr, khi: Arr, rows: Arr, p: int) -> float:
@@ -172,37 +174,110 @@ def _contractions(diam: Arr) -> Arr:
     return np.minimum(1.0, np.tanh(diam / 4.0) * (1.0 + 1e-12))
 
 
+def _product(lo: Arr, hi: Arr, order: range) -> tuple[Arr, Arr]:
+    """Entry bounds of the product of the sets ``order`` (in that order): lo(AB) ≥ lo(A) lo(B),
+    hi(AB) ≤ hi(A) hi(B) (non-negative entries), each factor tightened first, rounded outward."""
+    plo = phi = None
+    for i in order:
+        a_lo, a_hi = tight_bounds(lo[i], hi[i])
+        if plo is None:
+            plo, phi = a_lo, a_hi
+        else:
+            plo, phi = (plo @ a_lo) * (1.0 - 1e-12), np.minimum(1.0, (phi @ a_hi) * (1.0 + 1e-12))
+    return plo, phi
+
+
+def birkhoff_sides(klo: Arr, khi: Arr, stride: int = 1, *, left: bool) -> Arr:
+    """Birkhoff bounds of one side of a window for every side length m = 0..N − 1 (m + 1 steps;
+    ``klo[j − 1]``: step j from p outward). The steps are grouped in chunks of ``stride`` from p
+    outward (a chunk's product is positive for a lifted memory-``stride`` chain, docs/time-varying.md
+    §4); the far chunk takes the remainder. Left (``left``): the Hilbert distance of two rows of
+    the product, ≤ Δ(far chunk) · Π τ(near chunks). Right: the distance of a column from the ones
+    vector, ≤ (column spread of the far chunk) · Π τ(near chunks). +∞ below ``stride`` steps."""
+    n = klo.shape[0]
+    out = np.full(n, math.inf)
+
+    def prod(i0: int, i1: int) -> tuple[Arr, Arr]:  # forward time order
+        return _product(klo, khi, range(i1, i0 - 1, -1) if left else range(i0, i1 + 1))
+
+    taus = []
+    for c in range(n // stride):
+        plo, phi = prod(c * stride, (c + 1) * stride - 1)
+        taus.append(float(_contractions(diameters(plo[None], phi[None]))[0]))
+    cum = np.concatenate([[1.0], np.cumprod(taus)])
+    for m in range(n):
+        q = (m + 1) // stride
+        if q == 0:
+            continue
+        plo, phi = prod((q - 1) * stride, m)
+        lead = (diameters if left else column_spreads)(plo[None], phi[None])[0]
+        if np.isfinite(lead):
+            out[m] = lead * cum[q - 1] * (1.0 + 1e-12)
+    return out
+
+
+def lift(klo: Arr, khi: Arr, memory: int) -> tuple[Arr, Arr]:
+    """Per-step sets of the chain of ``memory``-tuples Z_t = (X_{t−m+1}, …, X_t) (index base k, the
+    latest state last) when the kernel of X may depend on the last ``memory`` states with every
+    conditional row in the step's set: row z of the lifted kernel is 0 off the shift of z and the
+    set of z's last state on it (docs/time-varying.md §4). (n, k, k) → (n, k^m, k^m)."""
+    n, k = klo.shape[0], klo.shape[1]
+    if memory == 1:
+        return klo, khi
+    km = k ** memory
+    lo = np.zeros((n, km, km))
+    hi = np.zeros((n, km, km))
+    for z in range(km):
+        last = z % k
+        base = (z * k) % km  # drop the oldest state, shift in the next one
+        lo[:, z, base:base + k] = klo[:, last, :]
+        hi[:, z, base:base + k] = khi[:, last, :]
+    return lo, hi
+
+
+def pair_mask(k: int, memory: int) -> NDArray[np.bool_]:
+    """Pairs (z, z') of lifted states whose latest states differ: the leakage about X_p is at most
+    the largest lifted-pair figure over them (a ratio of mixtures is at most its largest ratio)."""
+    last = np.arange(k ** memory) % k
+    return last[:, None] != last[None, :]
+
+
 def window_terms(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr,
-                 prior: Arr, L: int, R: int, *, fixed: bool = True) -> tuple[Arr, Arr]:
+                 prior: Arr, L: int, R: int, *, fixed: bool = True, stride: int = 1) -> tuple[Arr, Arr]:
     """Left and right (k, k) bounds of the stream window plan that redacts [p − L, p + R] surely and
     releases every other record. ``klo_left[j − 1]``: step j backwards (X_{p−j} → X_{p−j+1}), at
     least L + 1 of them; ``klo_right[j − 1]``: step j forwards (X_{p+j−1} → X_{p+j}), at least R + 1.
 
     Each side is the smaller of the box bound (module docstring) and the Birkhoff bound
-    (docs/time-varying.md §3): the left ratio is at most the Hilbert distance of two rows of the
-    product K_{p−L−1}⋯K_{p−1}, ≤ Δ_{L+1} · Π_{j ≤ L} τ_j; the right ratio at most the Hilbert
-    distance of a column of K_p⋯K_{p+R} from the ones vector, ≤ c_{R+1} · Π_{j ≤ R} τ_j (c: column
-    spread). The Birkhoff left bound needs the same kernel sequence for the posterior and the prior
-    odds: one fixed sequence (class A0 of the page); ``fixed=False`` leaves it out (class A: random
-    or output-adaptive sequences, box bounds only)."""
+    (:func:`birkhoff_sides`, docs/time-varying.md §3): the left ratio is at most the Hilbert
+    distance of two rows of the product K_{p−L−1}⋯K_{p−1}; the right ratio at most the Hilbert
+    distance of a column of K_p⋯K_{p+R} from the ones vector. The Birkhoff left bound needs the same
+    kernel sequence for the posterior and the prior odds: one fixed sequence (class A0 of the page);
+    ``fixed=False`` leaves it out (class A: random or output-adaptive sequences, box bounds only).
+    ``stride``: chunk length of the Birkhoff bounds (the memory of a lifted chain)."""
     k = klo_left.shape[1]
     left = left_term(klo_left[:L + 1], khi_left[:L + 1], np.ones((L, k)), standin=True, prior=prior)
     right = right_term(klo_right[:R + 1], khi_right[:R + 1], np.vstack([np.ones((R, k)), np.zeros((1, k))]),
                        ends=False)
     if not fixed:
         return left, right
-    dl = diameters(klo_left[:L + 1], khi_left[:L + 1])
-    bl = float(dl[L] * np.prod(_contractions(dl[:L]))) if np.isfinite(dl[L]) else math.inf
-    dr = diameters(klo_right[:R + 1], khi_right[:R + 1])
-    cr = column_spreads(klo_right[R:R + 1], khi_right[R:R + 1])[0]
-    br = float(cr * np.prod(_contractions(dr[:R]))) if np.isfinite(cr) else math.inf
+    bl = birkhoff_sides(klo_left[:L + 1], khi_left[:L + 1], stride, left=True)[L]
+    br = birkhoff_sides(klo_right[:R + 1], khi_right[:R + 1], stride, left=False)[R]
     off = ~np.eye(k, dtype=bool)
-    left = np.where(off, np.minimum(left, bl * (1.0 + 1e-12)), 0.0)
-    right = np.where(off, np.minimum(right, br * (1.0 + 1e-12)), 0.0)
-    return left, right
+    return np.where(off, np.minimum(left, bl), 0.0), np.where(off, np.minimum(right, br), 0.0)
 
 
-def window_bound(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr, prior: Arr, L: int, R: int,
-                 *, fixed: bool = True) -> float:
-    """Certified leakage bound of the window plan [p − L, p + R] (:func:`window_terms`)."""
-    return total(*window_terms(klo_left, khi_left, klo_right, khi_right, prior, L, R, fixed=fixed))
+def window_bound(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr, prior: Arr | None, L: int, R: int,
+                 *, fixed: bool = True, memory: int = 1) -> float:
+    """Certified leakage bound about X_p of the window plan [p − L, p + R] (:func:`window_terms`),
+    over kernels that may depend on the last ``memory`` states (the sets lifted, :func:`lift`; the
+    records at p − L − 1 and p + R + 1 counted as releasing their whole tuple, which only adds
+    information). ``prior``: :func:`prior_odds_bound` of the lifted left sets (None: computed here
+    over all of ``klo_left``)."""
+    k = klo_left.shape[1]
+    llo, lhi = lift(klo_left, khi_left, memory)
+    rlo, rhi = lift(klo_right, khi_right, memory)
+    if prior is None:
+        prior = prior_odds_bound(llo, lhi)
+    left, right = window_terms(llo, lhi, rlo, rhi, prior, L, R, fixed=fixed, stride=memory)
+    return total(left, right, pair_mask(k, memory))

@@ -32,12 +32,14 @@ from numpy.typing import NDArray
 from .kinterval import left_bounds_steps, right_bounds_steps
 from .setchain import SetChain
 from .tv_leakage import ROUND as ROUND_SLACK
-from .tv_leakage import _contractions, _up, column_spreads, diameters, prior_odds_bound
+from .tv_leakage import _up, birkhoff_sides, lift, pair_mask, prior_odds_bound
 
 #: Longest side for which the (quadratic-cost) box bound is computed; beyond, Birkhoff only.
 BOX_MAX = 192
 #: Default longest side searched, in records.
 MAX_RECORDS = 4096
+#: Most lifted states (k^memory) certified: the box bounds enumerate 2^(k−1)·k vertices per step.
+MAX_LIFTED = 8
 
 Arr = NDArray[np.float64]
 
@@ -86,6 +88,7 @@ class BlockPlan:
     right: int
     bound: float
     sample_period: float
+    memory: int = 1
 
     @property
     def redacted(self) -> int:
@@ -116,15 +119,11 @@ def duration(sec: float) -> str:
     return f"{mm} min"
 
 
-def _side_terms(klo: Arr, khi: Arr, n: int, prior: Arr | None) -> Arr:
+def _side_terms(klo: Arr, khi: Arr, n: int, prior: Arr | None, stride: int) -> Arr:
     """(n + 1, k, k): the left (prior given) or right (prior None) window term for sides 0..n."""
     k = klo.shape[1]
     out = np.full((n + 1, k, k), math.inf)
-    diam = diameters(klo[:n + 1], khi[:n + 1])
-    tau = _contractions(diam)
-    cum = np.concatenate([[1.0], np.cumprod(tau[:n])])  # cum[m] = Π_{j ≤ m} τ_j
-    lead = diam if prior is not None else column_spreads(klo[:n + 1], khi[:n + 1])
-    birk = np.where(np.isfinite(lead), lead * cum * (1.0 + 1e-12), math.inf)
+    birk = birkhoff_sides(klo[:n + 1], khi[:n + 1], stride, left=prior is not None)
     for m in range(n + 1):
         box = np.full((k, k), math.inf)
         if m <= BOX_MAX:
@@ -138,16 +137,22 @@ def _side_terms(klo: Arr, khi: Arr, n: int, prior: Arr | None) -> Arr:
     return np.where(off[None], out, 0.0)
 
 
-def block_plan(sc: SetChain, block: int, epsilon: float, *, max_records: int = MAX_RECORDS) -> BlockPlan | None:
-    """The cheapest window plan of ``block`` certified ≤ ε (module docstring), or None."""
+def block_plan(sc: SetChain, block: int, epsilon: float, *, max_records: int = MAX_RECORDS,
+               memory: int | None = None) -> BlockPlan | None:
+    """The cheapest window plan of ``block`` certified ≤ ε (module docstring), or None. ``memory``
+    (default: the set-chain's): the kernel may depend on that many last states, every conditional
+    row in the block's set (the sets lifted, :func:`.tv_leakage.lift`)."""
+    m = sc.memory if memory is None else memory
+    check_memory(sc.k, m)
     n = max_records
-    llo, lhi = offset_sets(sc, block, -np.arange(1, n + 2))  # step j back: from X_{p−j}
-    rlo, rhi = offset_sets(sc, block, np.arange(0, n + 1))   # step j forward: from X_{p+j−1}
+    llo, lhi = lift(*offset_sets(sc, block, -np.arange(1, n + 2)), m)  # step j back: from X_{p−j}
+    rlo, rhi = lift(*offset_sets(sc, block, np.arange(0, n + 1)), m)   # step j forward: from X_{p+j−1}
+    llo, lhi, rlo, rhi = (np.ascontiguousarray(a) for a in (llo, lhi, rlo, rhi))
     prior = prior_odds_bound(llo, lhi)
-    left = _side_terms(np.ascontiguousarray(llo), np.ascontiguousarray(lhi), n, prior)
-    right = _side_terms(np.ascontiguousarray(rlo), np.ascontiguousarray(rhi), n, None)
-    k = sc.k
-    pairs = [(a, b) for a in range(k) for b in range(k) if a != b]
+    left = _side_terms(llo, lhi, n, prior, m)
+    right = _side_terms(rlo, rhi, n, None, m)
+    mask = pair_mask(sc.k, m)
+    pairs = list(zip(*np.nonzero(mask)))
     lp = np.stack([left[:, a, b] for a, b in pairs], axis=1)   # (n + 1, pairs)
     rp = np.stack([right[:, a, b] for a, b in pairs], axis=1)
     best: tuple[int, int, int, int, float] | None = None  # (L + R, max(L, R), L, R, bound)
@@ -164,18 +169,26 @@ def block_plan(sc: SetChain, block: int, epsilon: float, *, max_records: int = M
     if best is None:
         return None
     return BlockPlan(block=block, start=sc.blocks[block].start, end=sc.block_end(block), left=best[2],
-                     right=best[3], bound=best[4], sample_period=sc.sample_period)
+                     right=best[3], bound=best[4], sample_period=sc.sample_period, memory=m)
 
 
-def block_plans(sc: SetChain, epsilon: float, *, max_records: int = MAX_RECORDS) -> list[BlockPlan | None]:
+def check_memory(k: int, memory: int) -> None:
+    """Refuse a memory whose lifted chain has more than ``MAX_LIFTED`` states."""
+    if memory < 1 or k ** memory > MAX_LIFTED:
+        raise ValueError(f"memory {memory} with {k} states lifts to {k ** memory} states; at most {MAX_LIFTED} "
+                         "are certified (docs/time-varying.md §4)")
+
+
+def block_plans(sc: SetChain, epsilon: float, *, max_records: int = MAX_RECORDS,
+                memory: int | None = None) -> list[BlockPlan | None]:
     """:func:`block_plan` for every block (None: no window plan within ``max_records`` meets ε)."""
-    return [block_plan(sc, i, epsilon, max_records=max_records) for i in range(len(sc.blocks))]
+    return [block_plan(sc, i, epsilon, max_records=max_records, memory=memory) for i in range(len(sc.blocks))]
 
 
 def plan_key(sc: SetChain, epsilon: float, block: int) -> str:
     """Cache key of a block's plan: the set-chain's canonical JSON, ε, the block and this code."""
     h = hashlib.sha256(json.dumps(sc.to_json(), sort_keys=True).encode())
-    h.update(f"|eps={float(epsilon)!r}|block={int(block)}|".encode())
+    h.update(f"|eps={float(epsilon)!r}|block={int(block)}|memory={sc.memory}|".encode())
     here = Path(__file__).resolve().parent
     for name in ("tv_plan.py", "tv_leakage.py", "kinterval.py", "setchain.py"):
         h.update((here / name).read_bytes())
