@@ -150,15 +150,14 @@ def tight_bounds(lo: Arr, hi: Arr) -> tuple[Arr, Arr]:
 
 def diameters(klo: Arr, khi: Arr) -> Arr:
     """Per step set (n, k, k), an upper bound on Birkhoff's projective diameter of its members,
-    Δ(K) = max log K_sa K_tb/(K_sb K_ta) ≤ max log hi'_sa hi'_tb/(lo'_sb lo'_ta) (rows chosen
-    independently); +∞ when some entry may be 0. Rounded outward."""
+    Δ(K) = max_{s,t,a,b} log K_sa K_tb/(K_sb K_ta) ≤ max log hi'_sa hi'_tb/(lo'_sb lo'_ta) (rows
+    chosen independently); +∞ when some entry may be 0. Rounded outward."""
     lo, hi = tight_bounds(klo, khi)
     with np.errstate(divide="ignore"):
         lhi, llo = np.log(hi), np.log(lo)
-    # max over (s, a) of log hi − min over ... : Δ ≤ max_{s,a,b} (lhi_sa − llo_sb) + max_{t,a,b} (lhi_tb − llo_ta)
-    d = lhi[..., :, :, None] - llo[..., :, None, :]  # [n, s, a, b]
-    m = d.max(axis=(-3, -2, -1))
-    return np.where(np.isfinite(m), 2.0 * m * (1.0 + 1e-12) + 1e-15, math.inf)
+    d = lhi[..., :, :, None] - llo[..., :, None, :]  # [n, s, a, b]: log hi_sa − log lo_sb
+    m = (d[..., :, None, :, :] + np.swapaxes(d, -1, -2)[..., None, :, :, :]).max(axis=(-4, -3, -2, -1))  # [n, s, t, a, b]
+    return np.where(np.isfinite(m), m * (1.0 + 1e-12) + 1e-15, math.inf)
 
 
 def column_spreads(klo: Arr, khi: Arr) -> Arr:
