@@ -43,9 +43,8 @@ from streamguard.config import Settings
 from streamguard.stream.daemon import Daemon
 from true_world import transition, worst_over_initial
 
-BASE, DEVICE, NAME = "sm", "dev", "s"
+BASE, NAME = "sm", "s"
 LABELS = ("lo", "hi")
-DATA = f"{BASE}/{DEVICE}/{NAME}/data"
 T0 = 1_700_000_000
 RUN_TIMEOUT = 60.0
 SPY_TIMEOUT = 15.0
@@ -66,6 +65,16 @@ class Case:
     delay: int | None
     lives: list[list[tuple[int, bool, bool]]]
     seed: int = 0
+
+    @property
+    def device(self) -> str:
+        """One device per case: a fresh outbox under an identity whose retained status shows seqs
+        published is refused (issue 28), and the cases of a family share a broker."""
+        return f"dev{self.seed}"
+
+    @property
+    def data_topic(self) -> str:
+        return f"{BASE}/{self.device}/{NAME}/data"
 
     def describe(self) -> str:
         marks = [[i for i, (_, f, c) in enumerate(life) if f or c] for life in self.lives]
@@ -88,7 +97,7 @@ def _settings(case: Case, broker: Broker, outbox: Path) -> Settings:
                               "model": {"alpha": case.alpha, "beta": case.beta}}
     if case.delay is not None:
         stream["delay"] = case.delay
-    return Settings(device=DEVICE, topic_base=BASE, broker=broker.broker_config(), outbox={"path": outbox},
+    return Settings(device=case.device, topic_base=BASE, broker=broker.broker_config(), outbox={"path": outbox},
                     streams=[stream], stdout=False, deterministic_seed=case.seed)
 
 
@@ -100,7 +109,8 @@ async def run_case(broker: Broker, case: Case, workdir: Path) -> Outcome:
     """Run every life of ``case`` on one outbox through the daemon; collect the published rows,
     each mark's latest report and whether it was on time."""
     workdir.mkdir(parents=True, exist_ok=True)
-    spy = Spy(broker.broker_config(), DATA, name=f"spy{case.seed}")
+    data = case.data_topic
+    spy = Spy(broker.broker_config(), data, name=f"spy{case.seed}")
     on_time: dict[int, bool] = {}
     reports: dict[int, dict[str, Any]] = {}
     firsts: list[int] = []
@@ -140,11 +150,11 @@ async def run_case(broker: Broker, case: Case, workdir: Path) -> Outcome:
             for mk in status["recent_marks"] + status["open_marks"]:
                 reports[step_of_ts[mk["ts"]]] = mk
             n = status["next_seq"]
-            await spy.wait_until(lambda n=n: spy.seqs(DATA) >= set(range(n)), SPY_TIMEOUT, f"records 0..{n - 1}")
+            await spy.wait_until(lambda n=n: spy.seqs(data) >= set(range(n)), SPY_TIMEOUT, f"records 0..{n - 1}")
     total = sum(len(lv) for lv in case.lives)
     rows = np.full((total, 2), np.nan)
     states = [s for life in case.lives for s, _, _ in life]
-    for seq, payload in spy.records(DATA):
+    for seq, payload in spy.records(data):
         r = json.loads(payload)
         assert r["position"] == seq, r  # every frame is accepted: positions are seqs
         row = np.array(r["redaction"], dtype=float)
