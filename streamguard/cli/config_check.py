@@ -212,7 +212,9 @@ def _ingest_line(cfg: Any) -> str:
     if cfg.resampled():
         timing = (f"resampled every {cfg.sample_period:g} s (sample and hold, one step per tick)"
                   + (f", heartbeat {cfg.heartbeat:g} s (stated by the operator; a longer silence stops the stream)"
-                     if cfg.heartbeat else "")
+                     if cfg.heartbeat else
+                     ", state published retained (stated by the operator): a start or reconnect waits for the "
+                     "retained state delivered on subscription")
                   + (f", stale after {cfg.stale_after:g} s" if cfg.stale_after else ""))
     else:
         timing = "stated periodic by the operator (not checked): each message is a step"
