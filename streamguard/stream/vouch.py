@@ -21,6 +21,11 @@ no press of it can still come — only when every press published meanwhile reac
   published meanwhile may be lost. Those steps are *decided as private*: each is marked with source
   ``unvouched`` (ledger, privacy status and log say so), as if the button had been pressed there.
 
+The sensor's own readings are on the control connection, a clean session: after a reconnect its
+held reading is dropped and its steps are unknown until the retained state delivered on the new
+subscription (or the heartbeat's clock) — never until a live message, whose time would be a change's
+and would pin the unknown steps, unvouched marks included (docs/unknown-steps.md, "How a wait ends").
+
 This applies to resampled 3R streams (``sample_period`` without ``periodic``) with a button; their
 command topic is read on the buttons' session too, and ``{"private": "now"}`` is a press without a
 time of its own. A periodic stream's button (on the same session) and other streams' commands (on
