@@ -68,7 +68,8 @@ def _run_onchange(args: argparse.Namespace) -> int:
     fmt, name, dwell = args.onchange
     host, port = args.mqtt
     try:
-        sensor = OnChangeSensor(fmt, name, dwell=dwell, republish=0.1 if fmt == "zigbee2mqtt" else 0.0, seed=args.seed)
+        sensor = OnChangeSensor(fmt, name, dwell=dwell, republish=0.1 if fmt == "zigbee2mqtt" else 0.0, seed=args.seed,
+                                retain=True if args.retain else None)
         sent = asyncio.run(publish_onchange(sensor, host, port, args.duration))
     except (aiomqtt.MqttError, ValueError) as exc:
         print(f"firmware_sim: {exc}", file=sys.stderr)
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="instead: one binary sensor reporting on change in the format of zigbee2mqtt, tasmota "
                      "or esphome (state 0 lasts MEAN0 s on average, 1 MEAN1 s; default 2:0.5); needs --mqtt "
                      "and --duration (firmware_sim.onchange)")
+    dev.add_argument("--retain", action="store_true",
+                     help="with --onchange: publish the sensor's state retained (zigbee2mqtt's retain: true; "
+                     "ESPHome retains anyway), as a stream with retained = true expects")
     dev.add_argument("--seed", type=int, default=0, help="device seed; stream i defaults to a seed derived from it")
     dev.add_argument("--start", type=_start, default=DEFAULT_START, metavar="EPOCH|now",
                      help="timestamp of the first frame (default: %(default)s, 2026-01-01 UTC)")

@@ -78,3 +78,15 @@ def test_cli_publishes_on_change_to_mosquitto(mosquitto: Broker) -> None:
     got = asyncio.run(run())
     assert got[0].topic.value == "zigbee2mqtt/hall/availability"
     assert sum(1 for m in got if m.topic.value == "zigbee2mqtt/hall") >= 4
+
+
+def test_retain_option() -> None:
+    """A reading is published retained as the format does by default (ESPHome), or as stated
+    (zigbee2mqtt's ``retain: true``); availability stays retained either way."""
+    def retained(sensor: OnChangeSensor) -> set[bool]:
+        return {m.retain for m, _ in zip(sensor.messages(), range(20)) if m.state is not None}
+
+    assert retained(OnChangeSensor("zigbee2mqtt", "hall")) == {False}
+    assert retained(OnChangeSensor("zigbee2mqtt", "hall", retain=True)) == {True}
+    assert retained(OnChangeSensor("esphome", "living")) == {True}
+    assert retained(OnChangeSensor("esphome", "living", retain=False)) == {False}
