@@ -291,10 +291,11 @@ def sanitized_topic_filters(base: str) -> list[str]:
 
 def hass_options_problem(options: list[str]) -> str | None:
     """Why these enum options (how a stream's values render in Home Assistant) cannot be told
-    apart there, or None: an option that renders as ``None`` (Home Assistant's *unknown*), is
+    apart there, or None: an option that renders as ``None`` or is Home Assistant's own text of
+    its *unknown* or *unavailable* state (a redacted record renders ``unknown``: stream/hass.py), is
     empty, has surrounding blanks (Home Assistant strips template output), or repeats another."""
-    if any(o in ("", "None") or o != o.strip() for o in options):
-        return "a value that is empty, 'None' or has surrounding blanks"
+    if any(o in ("", "None", "unknown", "unavailable") or o != o.strip() for o in options):
+        return "a value that is empty, 'None', 'unknown', 'unavailable' or has surrounding blanks"
     if len(set(options)) != len(options):
         return "two values that render alike"
     return None

@@ -28,7 +28,7 @@ from daemon_harness import Spy, daemon_running, daemon_toml, running
 
 from streamguard.config import ConfigError, Settings, load_settings
 from streamguard.sampling import bit_source
-from streamguard.stream.hass import Discovery, display, entity, published_values
+from streamguard.stream.hass import Discovery, controls, display, entity, published_values
 from streamguard.stream.runtimes import make_runtime
 
 jinja2 = pytest.importorskip("jinja2")
@@ -46,6 +46,8 @@ _COMMON = {"availability", "availability_mode", "availability_template", "availa
            "unique_id", "value_template"}
 DOCUMENTED = {
     "binary_sensor": _COMMON | {"off_delay", "payload_off", "payload_on"},
+    "button": (_COMMON - {"state_topic", "value_template", "expire_after", "force_update", "device_class"})
+    | {"command_template", "command_topic", "device_class", "payload_press", "retain"},
     "sensor": _COMMON | {"last_reset_value_template", "options", "suggested_display_precision", "state_class",
                          "unit_of_measurement"},
 }
@@ -112,9 +114,13 @@ def ha_state(config: dict[str, Any], component: str, payload: bytes, previous: s
         if out == PAYLOAD_NONE:
             return "unknown"
         return previous  # "No matching payload found": ignored, the last state stays
+    if config.get("device_class") == "enum":
+        # 2024.3.3 (the release for Python 3.11) shows an enum sensor's rendered text as it is, "None"
+        # included; 2024.10 and later also check it against the options
+        assert out in config["options"], f"{out!r} is not an enum option"
+        return out
     if out == PAYLOAD_NONE:
         return "unknown"
-    assert config.get("device_class") != "enum" or out in config["options"], f"{out!r} is not an enum option"
     return out
 
 
@@ -122,7 +128,8 @@ def check_documented(component: str, config: dict[str, Any]) -> None:
     assert set(config) <= DOCUMENTED[component], set(config) - DOCUMENTED[component]
     assert set(config["device"]) <= DEVICE_KEYS and config["device"]["identifiers"]
     assert set(config["origin"]) <= ORIGIN_KEYS and config["origin"]["name"]
-    assert config["unique_id"] and config["state_topic"] and config["availability_topic"] == STATUS
+    assert config["unique_id"] and config["availability"][0]["topic"] == STATUS
+    assert config["availability_mode"] == "all" if len(config["availability"]) > 1 else "availability_mode" not in config
     if "options" in config:
         assert config["device_class"] == "enum" and config["options"] and "state_class" not in config
 
@@ -167,10 +174,68 @@ def test_binary_sensor_config_is_documented_and_shows_redacted_as_unknown(tmp_pa
     last = records[4]
     assert ha_state(e.config, "binary_sensor", batch, "x") == \
         ("unknown" if last["redacted"] else "on" if last["value"] == "occupied" else "off")
-    # availability follows the daemon's status, the will included
+    # available while the daemon's status is online (the will included) and the stream's privacy
+    # status counts a record published by this process: not the previous session's last value
+    status, published = e.config["availability"]
     for body, want in (({"device": DEVICE, "state": "online", "instance": "x"}, "online"),
                        ({"device": DEVICE, "state": "offline"}, "offline")):
-        assert render(e.config["availability_template"], json.dumps(body).encode()) == want
+        assert render(status["value_template"], json.dumps(body).encode()) == want
+    assert published["topic"] == f"{BASE}/{DEVICE}/hall/privacy"
+    for n, want in ((0, "offline"), (1, "online"), (250, "online")):
+        body = {"delivery": {"stream": {"published_records": n, "buffered": 0}}}
+        assert render(published["value_template"], json.dumps(body).encode()) == want
+
+
+def test_privacy_controls_press_a_mark_and_show_its_status(tmp_path: Path) -> None:
+    s = settings_for(tmp_path, BINARY.replace("delay = 0", "delay = 3"))
+    rt = runtime_for(s)
+    button, status = controls(s, rt)
+    assert (button.component, status.component) == ("button", "sensor")
+    assert button.topic == f"homeassistant/button/streamguard_{DEVICE}/hall_private/config"
+    check_documented("button", button.config)
+    check_documented("sensor", status.config)
+    assert button.config["command_topic"] == f"{BASE}/{DEVICE}/hall/cmd"
+    assert status.config["state_topic"] == status.config["json_attributes_topic"] == f"{BASE}/{DEVICE}/hall/privacy"
+    assert "Hall occupancy" in button.config["name"] and len({button.config["unique_id"], status.config["unique_id"],
+                                                             entity(s, rt).config["unique_id"]}) == 3
+
+    def shown(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        payload = json.dumps(doc).encode()
+        return (render(status.config["value_template"], payload),
+                json.loads(render(status.config["json_attributes_template"], payload)))
+
+    ledger: dict[str, Any] = {"redaction": None}
+    state, attrs = shown(rt.privacy_status() | {"ledger": ledger})
+    steps = rt.plan.left_horizon + rt.plan.right_horizon + 1
+    assert state == "no marks" and attrs["marks"] == 0 and attrs["last_mark_seq"] is None
+    assert attrs["mark_cost_steps"] == steps and attrs["mark_cost_minutes"] is None  # (no sample_period)
+    # the button's payload is the stream's "now" command: a mark on the newest step, with its accounting
+    for f in frames(LABELS, 5):
+        rt.on_frame(f.replace(b'"private": true', b'"private": false'), 1_700_000_100.0)
+    assert rt.on_command(button.config["payload_press"].encode()) is None
+    doc = rt.privacy_status()
+    assert [m["source"] for m in doc["open_marks"]] == ["command"]
+    ledger = {"redaction": {"epsilon": 0.8, "budget": 3.0, "count": 1, "not_honoured": 0}}
+    state, attrs = shown(doc | {"ledger": ledger})
+    assert state == "protecting"
+    assert attrs | {"last_mark_time": None} == {
+        "epsilon_per_mark": 1.0, "epsilon_used": 0.8, "budget": 3.0, "marks": 1, "marks_not_honoured": 0,
+        "last_mark_seq": doc["open_marks"][0]["seq"], "last_mark_time": None, "last_mark_source": "command",
+        "last_mark_reason": None, "mark_cost_steps": steps, "mark_cost_minutes": None}
+    done = dict(doc["open_marks"][0])
+    assert shown(doc | {"open_marks": [], "recent_marks": [done], "ledger": ledger})[0] == "honoured"
+    refused = done | {"honoured": False, "reason": "budget"}
+    state, attrs = shown(doc | {"open_marks": [], "recent_marks": [done, refused], "ledger": ledger})
+    assert state == "not honoured" and attrs["last_mark_reason"] == "budget"
+    # with a sample period the cost is also in minutes; a channel stream (no commands) has no controls
+    s2 = settings_for(tmp_path, BINARY.replace("delay = 0", "sample_period = 2.0"))
+    rt2 = runtime_for(s2)
+    cost = json.loads(render(controls(s2, rt2)[1].config["json_attributes_template"],
+                             json.dumps(rt2.privacy_status() | {"ledger": None}).encode()))
+    steps2 = rt2.plan.left_horizon + rt2.plan.right_horizon + 1
+    assert cost["mark_cost_minutes"] == round(steps2 * 2.0 / 60, 2)
+    s3 = settings_for(tmp_path, ENUM)
+    assert controls(s3, runtime_for(s3)) == []
 
 
 def test_binary_on_label_is_configurable(tmp_path: Path) -> None:
@@ -189,7 +254,8 @@ def test_enum_sensor_lists_every_published_value(tmp_path: Path) -> None:
     e = entity(s, rt)
     assert e.component == "sensor" and e.topic.startswith("homeassistant/sensor/")
     check_documented("sensor", e.config)
-    assert e.config["options"] == ["rest", "walk", "run"] == [display(v) for v in published_values(rt)]
+    assert e.config["options"] == ["rest", "walk", "run", "unknown"]
+    assert [display(v) for v in published_values(rt)] == ["rest", "walk", "run"]
     seen = set()
     for f in frames(("rest", "walk", "run"), 40):
         releases, _ = rt.on_frame(f, 1_700_000_100.0)
@@ -211,13 +277,14 @@ def test_binned_enum_values_render_as_their_options(tmp_path: Path) -> None:
     s = settings_for(tmp_path, ENUM.replace('labels = ["rest", "walk", "run"]', "bins = [0, 0.5, 10, 1e6]"))
     rt = runtime_for(s)
     e = entity(s, rt)
-    assert e.config["options"] == ["0.0", "0.5", "10.0"]
+    assert e.config["options"] == ["0.0", "0.5", "10.0", "unknown"]
     for v in published_values(rt):
         rec = {"seq": 0, "value": v, "redacted": False, "mode": "csprng"}
         assert ha_state(e.config, "sensor", json.dumps(rec).encode(), "x") == display(v)
 
 
-@pytest.mark.parametrize("labels", [["None", "a", "b"], ["a", " b", "c"], ["a", "", "c"]])
+@pytest.mark.parametrize("labels", [["None", "a", "b"], ["a", " b", "c"], ["a", "", "c"], ["unknown", "a", "b"],
+                                    ["a", "unavailable", "b"]])
 def test_enum_values_that_home_assistant_cannot_show_are_refused(tmp_path: Path, labels: list[str]) -> None:
     streams = ENUM.replace('["rest", "walk", "run"]', json.dumps(labels))
     with pytest.raises(ConfigError, match="Home Assistant cannot show"):  # at config check
@@ -253,6 +320,9 @@ def config_file(tmp_path: Path, port: int, *, second: bool, enabled: bool = True
 
 
 HALL = f"homeassistant/binary_sensor/streamguard_{DEVICE}/hall/config"
+HALL_BUTTON = f"homeassistant/button/streamguard_{DEVICE}/hall_private/config"
+HALL_PRIVACY = f"homeassistant/sensor/streamguard_{DEVICE}/hall_privacy/config"
+HALL_ALL = {HALL, HALL_BUTTON, HALL_PRIVACY}
 ACTIVITY = f"homeassistant/sensor/streamguard_{DEVICE}/activity/config"
 
 
@@ -285,30 +355,30 @@ async def test_daemon_announces_resends_and_removes(tmp_path: Path, mosquitto: B
         await asyncio.wait_for(live.subscribed.wait(), 10)
         settings = load_settings(config_file(tmp_path, mosquitto.port, second=True))
         async with daemon_running(settings):
-            await live.wait_until(lambda: {HALL, ACTIVITY} <= {m.topic for m in live.messages}, 30, "announcement")
+            await live.wait_until(lambda: HALL_ALL | {ACTIVITY} <= {m.topic for m in live.messages}, 30, "announcement")
             before = len(live.on("/config"))
             # Home Assistant restarts: its birth message makes the daemon send every config again
             await live.transport.publish("homeassistant/status", b"online")
-            await live.wait_until(lambda: len(live.on("/config")) >= before + 2, 10, "re-announcement")
+            await live.wait_until(lambda: len(live.on("/config")) >= before + 4, 10, "re-announcement")
             # a flood of birth messages gets one re-announcement per RESEND_INTERVAL, not one each
             for _ in range(20):
                 await live.transport.publish("homeassistant/status", b"online")
             await asyncio.sleep(1.0)
-            assert len(live.on("/config")) == before + 2
-            assert await remembered(outbox, {HALL, ACTIVITY}) == {HALL, ACTIVITY}
+            assert len(live.on("/config")) == before + 4
+            assert await remembered(outbox, HALL_ALL | {ACTIVITY}) == HALL_ALL | {ACTIVITY}
         retained = await retained_configs(mosquitto)
-        assert set(retained) == {HALL, ACTIVITY}
+        assert set(retained) == HALL_ALL | {ACTIVITY}
         hall = json.loads(retained[HALL])
         assert hall["device_class"] == "motion" and hall["state_topic"] == f"{BASE}/{DEVICE}/hall/data"
-        assert json.loads(retained[ACTIVITY])["options"] == ["rest", "walk", "run"]
+        assert json.loads(retained[ACTIVITY])["options"] == ["rest", "walk", "run", "unknown"]
 
         # the "activity" stream is taken out of the configuration: its entity is deleted
         settings = load_settings(config_file(tmp_path, mosquitto.port, second=False))
         async with daemon_running(settings):
             await live.wait_until(lambda: any(m.topic == ACTIVITY and m.payload == b"" for m in live.messages),
                                   30, "removal")
-            assert await remembered(outbox, {HALL}) == {HALL}
-        assert set(await retained_configs(mosquitto)) == {HALL}
+            assert await remembered(outbox, HALL_ALL) == HALL_ALL
+        assert set(await retained_configs(mosquitto)) == HALL_ALL
 
         # discovery turned off: the remaining entity goes too, and nothing is announced
         settings = load_settings(config_file(tmp_path, mosquitto.port, second=False, enabled=False))

@@ -801,6 +801,13 @@ class Daemon:
             async with asyncio.timeout(CLAIM_WAIT):
                 await self._status_checked.wait()
         await self._inputs_ready.wait()
+        if self._discovery is not None and self._discovery.enabled:
+            # Home Assistant shows a stream only once its privacy status counts a record published
+            # by this process (stream/hass.py): these go out before ``online``, so the previous
+            # process's retained statuses never make its last value look current again
+            rts = list(self.runtimes.values())
+            for rt, payload in zip(rts, await self._privacy_payloads(rts)):
+                await t.publish(rt.privacy_topic(), payload, retain=True)
         await t.publish(self.settings.topic("status"), self._status_payload("online"), retain=True)
         self._claimed = True
         self._online.set()

@@ -8,13 +8,33 @@ as a retained discovery config on ``<prefix>/<component>/streamguard_<device>/<s
   sensor** (``device_class: enum``, ``options``: every value the stream can publish) for more;
 - its state comes from the stream's sanitized records (``<base>/<device>/<stream>/data``), never
   from anything raw: the value template renders a released value, and renders a **redacted**
-  record as ``None``, which Home Assistant shows as *unknown* (binary_sensor: always; enum
-  sensor: since Home Assistant 2024.10, home-assistant/core#127032 — older versions reject it
-  and keep the previous state). A redacted record therefore never shows as the last value. With
+  record as Home Assistant's *unknown* (binary_sensor: ``None``; enum sensor: see below). A
+  redacted record therefore never shows as the last value. With
   ``publish.batch_max > 1`` a message holds a list of records and the entity shows the last one;
 - its attributes say that it is privatized: ``seq``, ``redacted``, ``mode`` (csprng or
   deterministic) and ``privacy_status_topic`` (the stream's retained privacy status);
-- its availability is the daemon's retained status (``online``/``offline``, the will included).
+- its availability is the daemon's retained status (``online``/``offline``, the will included)
+  **and** the stream's retained privacy status saying that this daemon process has published a
+  record of the stream (``delivery.stream.published_records > 0``): after a restart the entity is
+  *unavailable* until the new process's first record, never showing the previous session's last
+  value as current (the daemon publishes the statuses before ``online``: stream/daemon.py).
+
+**Enum streams and Home Assistant versions.** Before 2024.10 Home Assistant's MQTT sensor turns no
+payload of a non-numeric sensor into *unknown* (``None`` stays the text ``None``; measured on
+2024.3.3, tests/test_hass_real.py). The enum template therefore renders a redacted record as the
+text ``unknown`` — Home Assistant's own unknown state string, the same in its REST API, automations
+and history — and lists ``unknown`` among the ``options`` (which 2024.10 and later check; versions
+before ignore them); a label ``unknown`` or ``unavailable`` is refused (config.hass_options_problem).
+
+**Privacy controls** (a stream with marks, i.e. not a channel stream): beside its entity, a
+**button** "Mark this moment private" that publishes ``{"private": "now"}`` on the stream's
+command topic (the same command as any app's: a mark with the usual accounting, in the ledger and
+the privacy status), and a **sensor** "Privacy status" read from the retained privacy status: its
+state is the newest mark's outcome (``no marks``, ``protecting`` while its window is open,
+``honoured``, ``not honoured``), its attributes the budget used (the ledger's worst leakage, ε per
+private position, and the budget), the marks counted and not honoured, the last mark's time and
+reason, and what a mark costs: the steps it can redact (left + right horizon + 1) and, for a
+stream with a ``sample_period``, in minutes.
 
 Home Assistant announces itself with ``online`` on ``<prefix>/status`` (its birth message) and
 then reads retained configs again; the daemon re-sends every config when it sees that, and on
@@ -40,6 +60,7 @@ from .. import __version__
 from ..config import ConfigError, Settings, hass_options_problem
 from .channel_runtime import ChannelRuntime
 from .outbox import AsyncOutbox, Outbox
+from .redaction_runtime import RedactionRuntime
 from .runtime import StreamRuntime
 from .transport import Message, Transport
 
@@ -47,9 +68,14 @@ from .transport import Message, Transport
 #: ``<prefix>/status`` cannot make the daemon re-publish every config per message.
 RESEND_INTERVAL = 5.0
 #: Template pieces: the sanitized record of a message (a batch is a list: its last record), and
-#: the start of the value template's ``if``: a redacted record renders ``None`` (*unknown*).
+#: the start of the value template's ``if``: a redacted record (binary_sensor: ``None``, *unknown*;
+#: enum sensor: UNKNOWN).
 _RECORD = "{% set r = value_json if value_json is mapping else value_json | last %}"
-_REDACTED = "{% if r.redacted or r.value is none %}None"
+_IF_REDACTED = "{% if r.redacted or r.value is none %}"
+#: Home Assistant's own text of its unknown state: what an enum stream's redacted record renders.
+UNKNOWN = "unknown"
+#: Button payload: the stream's command that marks the newest step private.
+PRESS = '{"private": "now"}'
 
 
 @dataclass(frozen=True)
@@ -91,11 +117,11 @@ def _literal(value: Any) -> str:
 
 
 def _binary_template(on: Any, off: Any) -> str:
-    return (f"{_RECORD}{_REDACTED}{{% elif r.value == {_literal(on)} %}}ON"
+    return (f"{_RECORD}{_IF_REDACTED}None{{% elif r.value == {_literal(on)} %}}ON"
             f"{{% elif r.value == {_literal(off)} %}}OFF{{% else %}}None{{% endif %}}")
 
 
-_ENUM_TEMPLATE = (f"{_RECORD}{_REDACTED}{{% elif r.value is string %}}{{{{ r.value }}}}"
+_ENUM_TEMPLATE = (f"{_RECORD}{_IF_REDACTED}{UNKNOWN}{{% elif r.value is string %}}{{{{ r.value }}}}"
                   "{% elif r.value is sequence %}{{ r.value | join('|') }}{% else %}{{ r.value }}{% endif %}")
 
 
@@ -116,19 +142,10 @@ def entity(settings: Settings, rt: StreamRuntime) -> Entity:
         "state_topic": rt.data_topic(),
         "json_attributes_topic": rt.data_topic(),
         "json_attributes_template": _attributes_template(rt.privacy_topic()),
-        "availability_topic": settings.topic("status"),
-        "availability_template": "{{ value_json.state }}",
-        "payload_available": "online",
-        "payload_not_available": "offline",
-        "qos": 1,
-        "device": {
-            "identifiers": [node],
-            "name": f"streamguard {settings.device}",
-            "manufacturer": "streamguard",
-            "model": "on-device privatizer",
-            "sw_version": __version__,
-        },
-        "origin": {"name": "streamguard", "sw_version": __version__},
+        "availability": [_DAEMON_ONLINE | {"topic": settings.topic("status")},
+                         _PUBLISHED_HERE | {"topic": rt.privacy_topic()}],
+        "availability_mode": "all",
+        **_common(settings),
     }
     if rt.states.k == 2:
         component = "binary_sensor"
@@ -143,9 +160,86 @@ def entity(settings: Settings, rt: StreamRuntime) -> Entity:
         problem = hass_options_problem(options)
         if problem is not None:
             raise ConfigError(f"streams.{rt.name}: Home Assistant cannot show {problem} as an enum option")
-        config |= {"device_class": "enum", "options": options, "value_template": _ENUM_TEMPLATE}
+        config |= {"device_class": "enum", "options": [*options, UNKNOWN], "value_template": _ENUM_TEMPLATE}
     topic = f"{settings.homeassistant.prefix}/{component}/{node}/{rt.name}/config"
     return Entity(rt.name, component, topic, config)
+
+
+_DAEMON_ONLINE = {"value_template": "{{ value_json.state }}", "payload_available": "online",
+                  "payload_not_available": "offline"}
+_PUBLISHED_HERE = {"value_template": "{{ 'online' if value_json.delivery.stream.published_records > 0 else 'offline' }}",
+                   "payload_available": "online", "payload_not_available": "offline"}
+
+
+def _common(settings: Settings) -> dict[str, Any]:
+    """The keys every entity of the device shares: QoS, the device and the origin."""
+    node = f"streamguard_{settings.device}"
+    return {
+        "qos": 1,
+        "device": {
+            "identifiers": [node],
+            "name": f"streamguard {settings.device}",
+            "manufacturer": "streamguard",
+            "model": "on-device privatizer",
+            "sw_version": __version__,
+        },
+        "origin": {"name": "streamguard", "sw_version": __version__},
+    }
+
+
+#: The privacy status sensor's state: the newest mark's outcome (module docstring).
+_MARK_STATE = ("{% set m = value_json.open_marks | last if value_json.open_marks else "
+               "(value_json.recent_marks | last if value_json.recent_marks else none) %}"
+               "{% if m is none %}no marks{% elif not m.honoured %}not honoured"
+               "{% elif value_json.open_marks %}protecting{% else %}honoured{% endif %}")
+
+
+def _privacy_attributes(steps: int, minutes: float | None) -> str:
+    cost = f'"mark_cost_steps": {steps}, "mark_cost_minutes": {"none" if minutes is None else repr(minutes)}'
+    return ("{% set m = value_json.open_marks | last if value_json.open_marks else "
+            "(value_json.recent_marks | last if value_json.recent_marks else none) %}"
+            "{% set r = value_json.ledger.redaction if value_json.ledger else none %}"
+            "{{ {\"epsilon_per_mark\": value_json.epsilon, "
+            "\"epsilon_used\": r.epsilon if r else 0, \"budget\": r.budget if r else none, "
+            "\"marks\": r.count if r else 0, \"marks_not_honoured\": r.not_honoured if r else 0, "
+            "\"last_mark_seq\": m.seq if m else none, \"last_mark_time\": m.ts if m else none, "
+            "\"last_mark_source\": m.source if m else none, \"last_mark_reason\": m.reason if m else none, "
+            f"{cost}}} | tojson }}}}")
+
+
+def controls(settings: Settings, rt: StreamRuntime) -> list[Entity]:
+    """The privacy button and privacy status sensor of a stream with marks (module docstring);
+    none for a channel stream (it takes no commands)."""
+    if not isinstance(rt, RedactionRuntime):
+        return []
+    prefix, node = settings.homeassistant.prefix, f"streamguard_{settings.device}"
+    name = rt.cfg.homeassistant.name or rt.name
+    online = [_DAEMON_ONLINE | {"topic": settings.topic("status")}]
+    button = {
+        "name": f"{name}: mark this moment private",
+        "unique_id": f"{node}_{rt.name}_private",
+        "command_topic": rt.command_topic(),
+        "payload_press": PRESS,
+        "icon": "mdi:incognito",
+        "availability": online,
+        **_common(settings),
+    }
+    steps = rt.plan.left_horizon + rt.plan.right_horizon + 1
+    period = rt.cfg.sample_period
+    minutes = None if period is None else round(steps * period / 60.0, 2)
+    status = {
+        "name": f"{name}: privacy status",
+        "unique_id": f"{node}_{rt.name}_privacy",
+        "state_topic": rt.privacy_topic(),
+        "value_template": _MARK_STATE,
+        "json_attributes_topic": rt.privacy_topic(),
+        "json_attributes_template": _privacy_attributes(steps, minutes),
+        "icon": "mdi:shield-lock",
+        "availability": online,
+        **_common(settings),
+    }
+    return [Entity(rt.name, "button", f"{prefix}/button/{node}/{rt.name}_private/config", button),
+            Entity(rt.name, "sensor", f"{prefix}/sensor/{node}/{rt.name}_privacy/config", status)]
 
 
 class Discovery:
@@ -163,8 +257,8 @@ class Discovery:
         self._last_resend = -RESEND_INTERVAL
         if ha.enabled:
             for rt in runtimes:
-                e = entity(settings, rt)
-                self.entities[e.topic] = e
+                for e in (entity(settings, rt), *controls(settings, rt)):
+                    self.entities[e.topic] = e
 
     @property
     def subscriptions(self) -> list[str]:
