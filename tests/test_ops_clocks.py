@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,116 @@ def test_batch_frames_without_ts_are_private_under_a_schedule(tmp_path: Path) ->
     by_seq = {r.seq: r for r in releases}
     assert by_seq[15].state is None  # withheld
     assert rt.counters.accepted == 30
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists(), reason="libfaketime not installed (apt-get install faketime)")
+async def test_wall_clock_steps_do_not_stop_the_resampled_grid(mosquitto: Any, tmp_path: Path) -> None:
+    """Issue 28: the daemon as a process under libfaketime (the wall clock only: the monotonic clock
+    is left alone), reading a mapped sensor resampled every 0.2 s. Its wall clock is stepped back by
+    an hour, then forward by an hour again. Before: no step for the hour after the step back, with
+    no counter and no log line. Now the grid goes on by the monotonic clock through both steps,
+    each counted (``clock_steps`` in the ingest status) and logged in one line."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from daemon_harness import Spy, running
+    from ingest_harness import retain
+
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    conf = tmp_path / "c.toml"
+    conf.write_text(f"""device = "fk"
+topic_base = "sg"
+deterministic_seed = 7
+log_level = "WARNING"
+[broker]
+host = "127.0.0.1"
+port = {mosquitto.port}
+[outbox]
+path = "{tmp_path / 'o.sqlite'}"
+[[streams]]
+name = "s"
+labels = ["vacant", "occupied"]
+epsilon = 1.0
+delay = 0
+design = "exact"
+sample_period = 0.2
+[streams.model]
+alpha = 0.3
+beta = 0.4
+[streams.ingest]
+preset = "zigbee2mqtt"
+device = "hall"
+field = "occupancy"
+retained = true
+values = {{ "true" = "occupied", "false" = "vacant" }}
+""")
+    cfg = mosquitto.broker_config()
+    await retain(cfg, [("zigbee2mqtt/hall", '{"occupancy": true}')])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGUARD_")} | {
+        "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_CACHE_DURATION": "0",
+        "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
+    spy = Spy(cfg, "sg/fk/s/#")
+    data = "sg/fk/s/data"
+
+    def steps() -> int:
+        return len(spy.seqs(data))
+
+    async with running(spy.run()):
+        await asyncio.wait_for(spy.subscribed.wait(), 10)
+        p = subprocess.Popen([sys.executable, "-m", "streamguard.cli", "run", "--config", str(conf)],
+                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        try:
+            await spy.wait_until(lambda: steps() >= 5, 60, "the first steps")
+            counted = []
+            for shift in ("-3600", "+0"):  # back an hour, then forward an hour
+                offset.write_text(shift + "\n")
+                await asyncio.sleep(0.5)
+                before = steps()
+                await asyncio.sleep(3.0)
+                counted.append(steps() - before)
+            await asyncio.sleep(2.5)  # (a privacy status refresh)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(25)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+    err = p.stderr.read().decode() if p.stderr else ""
+    ingest = json.loads(spy.on("/privacy")[-1].payload)["ingest"]
+    print(f"steps in 3 s after the wall clock stepped back 1 h, then forward 1 h: {counted}; "
+          f"clock_steps {ingest.get('clock_steps')}")
+    assert all(n >= 10 for n in counted), (counted, err)  # 15 ticks of 0.2 s in 3 s
+    assert ingest.get("clock_steps") == 2, ingest
+    assert ingest["missed_ticks"] < 100, ingest  # (the step forward is no hour of missed ticks: 18,000)
+    assert err.count("wall clock stepped back") == 1 and err.count("wall clock stepped forward") == 1, err
+
+
+def test_the_steady_clock_goes_on_through_steps_both_ways() -> None:
+    """The clock behind the grid, on injected clocks: it follows the wall clock while nothing
+    steps; stepped back 1 h it goes on with the monotonic clock (never back); stepped forward it
+    follows the wall clock again; each step is counted once, slewing (within STEP_TOLERANCE) is not."""
+    from streamguard.ingest.grid import STEP_TOLERANCE, SteadyClock
+
+    wall, mono = [1.8e9], [100.0]
+    c = SteadyClock(wall=lambda: wall[0], mono=lambda: mono[0])
+
+    def advance(dt: float, step: float = 0.0) -> float:
+        mono[0] += dt
+        wall[0] += dt + step
+        return c()
+
+    assert advance(1.0) == 1.8e9 + 1.0
+    assert advance(1.0, STEP_TOLERANCE / 2) == wall[0] and c.steps == 0  # (a slew is no step)
+    t = advance(0.5, -3600.0)  # stepped back an hour
+    assert c.steps == 1 and t == 1.8e9 + 2.5 + STEP_TOLERANCE / 2 and t > wall[0]
+    assert advance(2.0) == t + 2.0 and c.steps == 1  # the monotonic clock's pace, counted once
+    t = advance(1.0, 7200.0)  # forward: the wall clock is ahead again
+    assert c.steps == 2 and t == wall[0]

@@ -30,13 +30,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..config import Settings, StreamConfig
 from ..stream.records import Rejection
-from .grid import Clock, Sleep, run_grid
+from .grid import Clock, Sleep, SteadyClock, run_grid
 from .mapping import Extractor, Mapping, Press, Reading, Unreadable, pressed
 from .presets import resolve, resolve_button
 from .recorder import StepRecorder
@@ -211,12 +210,13 @@ def _reason(r: Reading | Unreadable) -> str | None:
 
 class IngestHub:
     """The ingest streams of one daemon (module docstring). ``clock``/``sleep`` drive the grid
-    (tests pass a fake clock)."""
+    (default: a :class:`~.grid.SteadyClock`, which wall-clock steps do not stop; tests pass a fake
+    clock)."""
 
-    def __init__(self, settings: Settings, *, clock: Clock = time.time,
+    def __init__(self, settings: Settings, *, clock: Clock | None = None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.streams = {c.name: IngestStream(c) for c in settings.streams if c.ingest is not None}
-        self.clock = clock
+        self.clock: Clock = SteadyClock() if clock is None else clock
         self.sleep: Sleep = sleep
         #: Messages routed so far (a test's fence: everything published before was seen).
         self.routed = 0
@@ -266,8 +266,15 @@ class IngestHub:
                 s.resampler.connection(up, now)
 
     def status(self, stream: str) -> dict[str, Any] | None:
+        """The stream's ingest status, with ``clock_steps``: the wall clock's steps the grid went
+        through (a device's event, nothing of a sensor's)."""
         s = self.streams.get(stream)
-        return None if s is None else s.status()
+        if s is None:
+            return None
+        doc = s.status()
+        if isinstance(self.clock, SteadyClock) and s.resampler is not None:
+            doc["clock_steps"] = self.clock.steps
+        return doc
 
     def close(self) -> None:
         for s in self.streams.values():
