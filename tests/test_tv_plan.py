@@ -92,6 +92,17 @@ def test_a_block_that_may_never_leave_a_state_is_refused():
     assert block_plan(sc, 0, 1.0, max_records=50) is None
 
 
+def test_plan_model_names_why_a_block_has_no_plan(tmp_path, capsys):
+    lo, hi = _box(0.1, 0.1, 0.05)
+    lo[0, 1], lo[0, 0], hi[0, 0], hi[0, 1] = 0.0, 0.85, 1.0, 0.15  # 'away' may never be left
+    model = tmp_path / "model.json"
+    model.write_text(SetChain(("away", "home"), 300.0, (Block(0.0, lo, hi),)).dumps())
+    assert main(["plan", "--model", str(model), "--epsilon", "1"]) == 2
+    cap = capsys.readouterr()
+    assert "block 0: no window" in cap.out and "the set lets 'away' never be left" in cap.out
+    assert "no window plan meets ε=1 for block(s) 0" in cap.err
+
+
 def test_plan_model_prints_the_cost_per_block(tmp_path, capsys):
     model = tmp_path / "model.json"
     model.write_text(_home().dumps())

@@ -29,6 +29,19 @@ def load_setchain(path: str) -> SetChain | None:
         raise CliError(f"--model {path}: {exc}") from None
 
 
+def _slowest(sc: SetChain, i: int) -> str:
+    """Why a block may have no plan: its slowest possible departure from a state (1 − hi_ss: the
+    set lets the chain stay that long; a state that may never be left admits no plan)."""
+    b = sc.blocks[i]
+    leave = 1.0 - b.hi.diagonal()
+    s = int(leave.argmin())
+    q = float(leave[s])
+    if q <= 0.0:
+        return f"the set lets '{sc.labels[s]}' never be left"
+    return (f"the set lets '{sc.labels[s]}' be left with probability {q:.2g} per record, a mean stay of "
+            f"{duration(sc.sample_period / q)}")
+
+
 def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
     """Print (or write as JSON) one window plan per block; exit 2 when some block has none."""
     if args.alpha is not None or args.beta is not None or args.initial is not None or args.matrix is not None:
@@ -62,7 +75,7 @@ def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
               "certified for every fixed kernel sequence in the block sets (docs/time-varying.md)")
         for i, bp in enumerate(plans):
             if bp is None:
-                print(f"block {i}: no window of at most {MAX_RECORDS} records a side meets ε")
+                print(f"block {i}: no window of at most {MAX_RECORDS} records a side meets ε ({_slowest(sc, i)})")
             else:
                 print(f"block {i}: {bp.cost_text()}")
     if missing:
