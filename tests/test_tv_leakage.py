@@ -306,3 +306,45 @@ def test_memory2_bound_covers_sampled_second_order_chains(seed):
     klo, khi = _steps_of(lo, hi)
     bound = window_bound(klo, khi, klo, khi, None, L, R, memory=2)
     assert bound >= truth, (bound, truth)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hidden_history_policies_are_covered_on_the_left(seed):
+    """docs/time-varying.md §2 (iii): with nothing after p (p the last record), every policy that
+    picks, for each hidden path prefix, the lo or hi end of its last state's row — all 2^14 of them
+    for 4 records — leaks at most the set-chain bound, for every initial law on the grid."""
+    rng = np.random.default_rng(300 + seed)
+    n, p = 4, 3
+    boxes = [_binary_box(rng) for _ in range(2)]
+    blo = np.stack([boxes[t % 2][0] for t in range(n - 1)])
+    bhi = np.stack([boxes[t % 2][1] for t in range(n - 1)])
+    rows = _rows_table(rng, n, 2)
+    xs, ys = _paths(2, n), _outputs(2, n, p)
+    E = _emission(rows, xs, ys, p)
+    # prefix (x_0..x_t) ↦ bit index; P(x_{t+1} = 1 | prefix) = lo or hi of row x_t's "to 1" entry
+    offsets = [0, 2, 6]  # 2 + 4 + 8 = 14 prefixes
+    n_pol = 1 << 14
+    pol = np.arange(n_pol)[:, None]
+    w = np.ones((n_pol, xs.shape[0]))
+    for t in range(n - 1):
+        idx = offsets[t] + np.array([int("".join(map(str, x[: t + 1])), 2) for x in xs])
+        bit = (pol >> idx[None, :]) & 1
+        last = xs[:, t]
+        q1 = np.where(bit == 1, bhi[t][last, 1][None, :], blo[t][last, 1][None, :])
+        q1 = np.where(last[None, :] == 1, np.where(bit == 1, bhi[t][1, 1], blo[t][1, 1]), q1)
+        w *= np.where(xs[None, :, t + 1] == 1, q1, 1.0 - q1)
+    truth = 0.0
+    for mu in _laws(2):
+        ww = w * mu[xs[:, 0]][None, :]
+        joint = np.stack([(ww * (xs[:, p] == a)[None, :]) @ E for a in range(2)], axis=1)  # (pol, a, y)
+        prior = joint.sum(axis=2, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cond = joint / prior
+            ratio = np.log(cond[:, 0]) - np.log(cond[:, 1])
+        ok = (cond[:, 0] > 1e-300) & (cond[:, 1] > 1e-300)
+        assert not np.any((cond[:, 0] > 1e-300) != (cond[:, 1] > 1e-300))
+        truth = max(truth, float(np.max(np.abs(np.where(ok, ratio, 0.0)))))
+    bound = chain_bound(blo, bhi, rows, p)
+    print(f"hidden-history policies, left only: truth {truth:.4f} ≤ bound {bound:.4f}")
+    assert truth > 0.05
+    assert bound >= truth - 1e-12, (bound, truth)
