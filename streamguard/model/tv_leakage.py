@@ -194,6 +194,11 @@ def birkhoff_sides(klo: Arr, khi: Arr, stride: int = 1, *, left: bool) -> Arr:
     the product, ≤ Δ(far chunk) · Π τ(near chunks). Right: the distance of a column from the ones
     vector, ≤ (column spread of the far chunk) · Π τ(near chunks). +∞ below ``stride`` steps."""
     n = klo.shape[0]
+    if stride == 1:  # one step per chunk: every step's figures at once
+        taus = _contractions(diameters(klo, khi))
+        lead = (diameters if left else column_spreads)(klo, khi)
+        cum = np.concatenate([[1.0], np.cumprod(taus[:-1])]) if n else np.ones(0)
+        return np.where(np.isfinite(lead), lead * cum * (1.0 + 1e-12), math.inf)
     out = np.full(n, math.inf)
 
     def prod(i0: int, i1: int) -> tuple[Arr, Arr]:  # forward time order
