@@ -348,3 +348,11 @@ def test_hidden_history_policies_are_covered_on_the_left(seed):
     print(f"hidden-history policies, left only: truth {truth:.4f} ≤ bound {bound:.4f}")
     assert truth > 0.05
     assert bound >= truth - 1e-12, (bound, truth)
+
+
+def test_too_few_step_sets_are_refused():
+    lo, hi = _steps_of(np.array([[0.8, 0.1], [0.1, 0.8]]), np.array([[0.9, 0.2], [0.2, 0.9]]), n=3)
+    with pytest.raises(ValueError, match="L \\+ 1 left"):
+        window_bound(lo, hi, lo, hi, None, 3, 0)
+    with pytest.raises(ValueError, match="n − 1 step sets"):
+        chain_bound(lo, hi, np.zeros((3, 2)), 1)

@@ -132,6 +132,8 @@ def chain_bound(klo: Arr, khi: Arr, rows: Arr, p: int) -> float:
     chain of n records (row p ignored: Y_p = ⊥) over the set-chain with step sets ``klo[t]``,
     ``khi[t]`` (n − 1, k, k; step t from X_t to X_{t+1}), any law of X_0."""
     n, k = rows.shape
+    if klo.shape != (n - 1, k, k) or khi.shape != klo.shape or not 0 <= p < n:
+        raise ValueError("chain_bound: need n − 1 step sets of k × k and 0 ≤ p < n")  # the kernels do not check
     left_steps = slice(p - 1, None, -1) if p > 0 else slice(0, 0)
     llo, lhi = klo[left_steps], khi[left_steps]  # step j back = kernel t = p − j
     prior = prior_odds_bound(llo, lhi) if p > 0 else np.zeros((k, k))
@@ -260,6 +262,9 @@ def window_terms(klo_left: Arr, khi_left: Arr, klo_right: Arr, khi_right: Arr,
     ``fixed=False`` leaves it out (class A: random or output-adaptive sequences, box bounds only).
     ``stride``: chunk length of the Birkhoff bounds (the memory of a lifted chain)."""
     k = klo_left.shape[1]
+    if klo_left.shape[0] < L + 1 or klo_right.shape[0] < R + 1 or khi_left.shape != klo_left.shape \
+            or khi_right.shape != klo_right.shape:
+        raise ValueError("window_terms: need L + 1 left and R + 1 right step sets")  # the kernels do not check
     left = left_term(klo_left[:L + 1], khi_left[:L + 1], np.ones((L, k)), standin=True, prior=prior)
     right = right_term(klo_right[:R + 1], khi_right[:R + 1], np.vstack([np.ones((R, k)), np.zeros((1, k))]),
                        ends=False)
