@@ -115,6 +115,7 @@ async def test_wall_clock_steps_do_not_stop_the_resampled_grid(mosquitto: Any, t
     no counter and no log line. Now the grid goes on by the monotonic clock through both steps,
     each counted (``clock_steps`` in the ingest status) and logged in one line."""
     import asyncio
+    import contextlib
     import os
     import signal
     import subprocess
@@ -193,6 +194,28 @@ values = {{ "true" = "occupied", "false" = "vacant" }}
     assert ingest["missed_ticks"] < 100, ingest  # (the step forward is no hour of missed ticks: 18,000)
     assert err.count("wall clock stepped back") == 1 and err.count("wall clock stepped forward") == 1, err
 
+    # a restart after the wall clock stepped back: the stored steps lie an hour ahead of it; the
+    # grid goes on after them (before: no new step until the wall clock passed the newest one)
+    offset.write_text("-3600\n")
+    async with running(spy.run()):
+        await asyncio.wait_for(spy.subscribed.wait(), 10)
+        before = len(spy.seqs(data))
+        p = subprocess.Popen([sys.executable, "-m", "streamguard.cli", "run", "--config", str(conf)],
+                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        try:
+            with contextlib.suppress(AssertionError):
+                await spy.wait_until(lambda: len(spy.seqs(data)) >= before + 10, 30, "steps after the restart")
+        finally:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(25)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+    after_restart = len(spy.seqs(data)) - before
+    print(f"steps after a restart an hour behind the stored ones: {after_restart}")
+    assert after_restart >= 10, p.stderr.read().decode() if p.stderr else ""
+
 
 def test_the_steady_clock_goes_on_through_steps_both_ways() -> None:
     """The clock behind the grid, on injected clocks: it follows the wall clock while nothing
@@ -215,3 +238,5 @@ def test_the_steady_clock_goes_on_through_steps_both_ways() -> None:
     assert advance(2.0) == t + 2.0 and c.steps == 1  # the monotonic clock's pace, counted once
     t = advance(1.0, 7200.0)  # forward: the wall clock is ahead again
     assert c.steps == 2 and t == wall[0]
+    c.not_before(wall[0] + 600.0)  # a restart's stored steps ahead of the wall clock
+    assert advance(1.0) == t + 601.0 and c.steps == 2

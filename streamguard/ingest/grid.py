@@ -51,6 +51,12 @@ class SteadyClock:
         self._last, self._last_mono, self._offset = w, m, w - m
         self.steps = 0
 
+    def not_before(self, t: float) -> None:
+        """Go on from ``t`` at least (the newest step a previous run stored): a restart after the
+        wall clock stepped back continues the grid after it instead of taking no step until the
+        wall clock passes it."""
+        self._last = max(self._last, t)
+
     def __call__(self) -> float:
         m, w = self._mono(), self._wall()
         offset = w - m

@@ -257,6 +257,11 @@ class IngestHub:
             tasks.append(run_grid(s.resampler.period, on_tick, clock=self.clock, sleep=self.sleep, on_missed=missed))
         return tasks
 
+    def not_before(self, t: float | None) -> None:
+        """The grid's clock goes on from ``t`` at least (:meth:`~.grid.SteadyClock.not_before`)."""
+        if t is not None and isinstance(self.clock, SteadyClock):
+            self.clock.not_before(t)
+
     def connection(self, up: bool) -> None:
         """The daemon's control connection (which carries the sensors' messages) went down or
         came back: the resampled streams' held readings are no longer known (resampler.py)."""

@@ -1005,6 +1005,9 @@ class Daemon:
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
         s = self.settings
         await self._restore(box)
+        # (after a wall clock stepped back, the stored steps lie ahead of it: the grid goes on after them)
+        newest = await box.run(lambda b: [b.newest_step(name) for name in self.ingest.streams])
+        self.ingest.not_before(max((t for t in newest if t is not None), default=None))
         for name, ing in self.ingest.streams.items():
             rt = self.runtimes.get(name)
             if ing.button is not None and ing.resampler is not None and isinstance(rt, RedactionRuntime):
@@ -1339,6 +1342,8 @@ async def _stdin_chunks() -> AsyncIterator[bytes]:
             yield chunk
     finally:
         transport.close()
+        with contextlib.suppress(OSError):  # (the loop made the shared file description non-blocking:
+            os.set_blocking(fd, True)       # a terminal stays usable for the shell after us)
 
 
 async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
