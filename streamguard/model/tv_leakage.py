@@ -155,17 +155,17 @@ def diameters(klo: Arr, khi: Arr) -> Arr:
     Δ(K) = max_{s,t,a,b} log K_sa K_tb/(K_sb K_ta) ≤ max log hi'_sa hi'_tb/(lo'_sb lo'_ta) (rows
     chosen independently); +∞ when some entry may be 0. Rounded outward."""
     lo, hi = tight_bounds(klo, khi)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # an entry that may be 0: Δ = ∞ (NaN → ∞ below)
         lhi, llo = np.log(hi), np.log(lo)
-    d = lhi[..., :, :, None] - llo[..., :, None, :]  # [n, s, a, b]: log hi_sa − log lo_sb
-    m = (d[..., :, None, :, :] + np.swapaxes(d, -1, -2)[..., None, :, :, :]).max(axis=(-4, -3, -2, -1))  # [n, s, t, a, b]
+        d = lhi[..., :, :, None] - llo[..., :, None, :]  # [n, s, a, b]: log hi_sa − log lo_sb
+        m = (d[..., :, None, :, :] + np.swapaxes(d, -1, -2)[..., None, :, :, :]).max(axis=(-4, -3, -2, -1))
     return np.where(np.isfinite(m), m * (1.0 + 1e-12) + 1e-15, math.inf)
 
 
 def column_spreads(klo: Arr, khi: Arr) -> Arr:
     """Per step set, max over columns x of log max_s K_sx / min_s K_sx ≤ log max_s hi'_sx − log min_s lo'_sx."""
     lo, hi = tight_bounds(klo, khi)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         m = (np.log(hi.max(axis=-2)) - np.log(lo.min(axis=-2))).max(axis=-1)
     return np.where(np.isfinite(m), m * (1.0 + 1e-12) + 1e-15, math.inf)
 
