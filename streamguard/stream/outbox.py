@@ -186,11 +186,13 @@ class Outbox:
             raise ValueError("max_records must be ≥ 1")
         self._max = max_records
         self._overflow = overflow
+        new = not os.path.exists(path) or os.path.getsize(path) == 0
         private_file(path)  # 0600, and so its -wal and -shm files too
         # (transactions are explicit; AsyncOutbox.run_here uses the connection from the loop's thread
         # while the worker is idle: one thread at a time, not always the one that opened it)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (a new file: before WAL writes its header)
+        if new:  # (before WAL mode writes the header; an older file is converted: _incremental_vacuum)
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":
             self._db.close()
