@@ -357,7 +357,7 @@ class Daemon:
         task."""
         if self._enqueue(rt, releases) and not (self._commit_here() and self._commit_inline()):
             self._queued.set()
-        while len(self._queue) > STORE_QUEUE_LIMIT or self._disk.failing:  # (a full disk: read no more)
+        while len(self._queue) > STORE_QUEUE_LIMIT:
             self._room.clear()
             await self._room.wait()
 
@@ -661,6 +661,7 @@ class Daemon:
                 await self._button_message(msg)
             elif (sent := self._sentinel) is not None and msg.payload == sent[0] and not sent[1].done():
                 sent[1].set_result(None)  # everything before it is handled
+            await self._durable()  # (a press is acknowledged once its mark is stored)
 
     async def _confirm_buttons(self, t: Transport, sentinel: str) -> None:
         commands = [self.runtimes[name].command_topic() for name in self.hearings]
@@ -944,8 +945,13 @@ class Daemon:
                     await self._store(rt, released)
 
     async def _feed(self, source: FrameSource) -> None:
+        """Handle a source's frames; while stores fail (a full disk) read no more (stdin's writer
+        waits on the pipe). A mapped sensor's grid goes on instead: its steps come on a clock."""
         async for stream, data in source():
             await self.handle_frame(stream, data)
+            while self._disk.failing:
+                self._room.clear()
+                await self._room.wait()
 
     async def _until_done(self, stopping: asyncio.Task[Any], essential: list[asyncio.Task[Any]],
                           sources: list[asyncio.Task[Any]]) -> None:
