@@ -83,3 +83,32 @@ async def test_a_fresh_outbox_under_a_published_identity_refuses(mosquitto: Brok
     lines = [ln for ln in err.splitlines() if ln.startswith("streamguard:")]
     assert len(lines) == 1 and "seq" in lines[0] and STREAM in lines[0], err
     assert sorted(order) == list(range(len(order))) and len(order) >= 30  # (the rest is held in the release delay)
+
+
+async def test_the_check_waits_for_a_broker_that_is_down(mosquitto_persistent: Broker, tmp_path: Path) -> None:
+    """A first start while the broker is down: the check waits for it — longer than the sentinel's
+    10 s — and then refuses on the retained status it finds (before the fix of the wait's scope:
+    after 10 s the check gave up and the daemon went on numbering from 0)."""
+    import asyncio
+
+    from streamguard.config import PublishConfig
+    from streamguard.stream.transport import MqttTransport
+
+    cfg = mosquitto_persistent.broker_config()
+    status = json.dumps({"stream": STREAM, "next_seq": 7}).encode()
+    async with MqttTransport(cfg, PublishConfig(), device="old", status_topic="x", will=False) as t:
+        await t.publish(f"{BASE}/{DEVICE}/{STREAM}/privacy", status, retain=True)
+    mosquitto_persistent.stop()  # (a clean stop: the retained status is saved)
+    p = _start(tmp_path / "a", mosquitto_persistent.port)
+    try:
+        await asyncio.sleep(12.0)
+        assert p.poll() is None
+        mosquitto_persistent.start()
+        rc = p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    err = p.stderr.read().decode() if p.stderr else ""
+    assert rc == EXIT_IN_USE, err
+    assert "seqs 0-6 were published" in err, err

@@ -243,6 +243,8 @@ class Daemon:
         #: and once the buttons' connection has subscribed (set at once without one): READY=1.
         self._online = asyncio.Event()
         self._buttons_subscribed = asyncio.Event()
+        #: The identity check passed (_check_identity): until then nothing is published under it.
+        self._identity_checked = False
 
     # -- set-up -------------------------------------------------------------------------------
     async def _restore(self, box: AsyncOutbox) -> None:
@@ -1064,13 +1066,15 @@ class Daemon:
         those streams' retained privacy statuses — everything retained arrives before a sentinel
         published after the subscriptions — and raises :class:`~.outbox.InUse` naming the first
         stream whose ``next_seq`` is above 0. Every other connection waits for it; a broker that
-        is down is waited for (``reconnecting``). A sentinel that does not come back within
-        ``SENTINEL_WAIT`` (an ACL without ``<base>/<device>/sentinel``) is logged and the check
+        is down is waited for (``reconnecting``), and a stop meanwhile publishes nothing
+        (``_identity_checked``). A sentinel that does not come back within ``SENTINEL_WAIT`` of
+        the subscriptions (an ACL without ``<base>/<device>/sentinel``) is logged and the check
         passes on what came."""
         names = list(self.runtimes)
         positions = await box.run(lambda b: [b.next_position(n) for n in names])
         fresh = {self.runtimes[n].privacy_topic(): n for n, p in zip(names, positions) if p == 0}
         if not fresh:
+            self._identity_checked = True
             return
         sentinel = self.settings.topic("sentinel")
         token = f"{self.instance}/identity".encode()
@@ -1079,21 +1083,22 @@ class Daemon:
             for topic in (*fresh, sentinel):
                 await t.subscribe(topic)
             await t.publish(sentinel, token, qos=1)
-            async for msg in t.messages():
-                if msg.topic == sentinel and msg.payload == token:
-                    return
-                if msg.topic in fresh and (published := _next_seq(msg.payload)) > 0:
-                    raise InUse(f"stream {fresh[msg.topic]}: seqs 0-{published - 1} were published under device "
-                                f"{self.settings.device} (retained {msg.topic}), but this outbox "
-                                f"({self.settings.outbox.path}) holds none of them and would number from 0 again: run "
-                                "with the outbox that published them, or another device id")
+            try:
+                async with asyncio.timeout(SENTINEL_WAIT):
+                    async for msg in t.messages():
+                        if msg.topic == sentinel and msg.payload == token:
+                            return
+                        if msg.topic in fresh and (published := _next_seq(msg.payload)) > 0:
+                            raise InUse(f"stream {fresh[msg.topic]}: seqs 0-{published - 1} were published under "
+                                        f"device {self.settings.device} (retained {msg.topic}), but this outbox "
+                                        f"({self.settings.outbox.path}) holds none of them and would number from 0 "
+                                        "again: run with the outbox that published them, or another device id")
+            except TimeoutError:
+                log.warning("identity check: the sentinel on %s did not come back within %g s; going on with the "
+                            "retained statuses received", sentinel, SENTINEL_WAIT)
 
-        try:
-            async with asyncio.timeout(SENTINEL_WAIT):
-                await reconnecting(self._transport("-chk", will=False), session, backoff=PROMPT)
-        except TimeoutError:
-            log.warning("identity check: the sentinel on %s did not come back within %g s; going on with the "
-                        "retained statuses received", sentinel, SENTINEL_WAIT)
+        await reconnecting(self._transport("-chk", will=False), session, backoff=PROMPT)
+        self._identity_checked = True
 
     async def _say_ready(self) -> None:
         """READY=1 (systemd) once the daemon takes input: ``online`` published — so the input
@@ -1149,7 +1154,8 @@ class Daemon:
                     log.error("shutdown: %s", full)
         await _stop_tasks([writer], TASK_STOP_TIMEOUT)
         # the other daemon owns the identity: leave it alone; or the broker refuses us: no use trying
-        taken_over = isinstance(failure, InUse | ConnectRefused)
+        # (or the identity check has not passed: its retained statuses may be another outbox's)
+        taken_over = isinstance(failure, InUse | ConnectRefused) or not self._identity_checked
         if not taken_over and not await self._publisher.drain(self._left(deadline) - OFFLINE_RESERVE):
             log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
                         await box.run(len))
