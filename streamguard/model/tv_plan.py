@@ -12,10 +12,15 @@ Design: the smallest L + R (then the smallest max(L, R)) whose certified bound
 (:func:`.tv_leakage.window_terms`: box bound for sides up to ``BOX_MAX`` records, the Birkhoff bound
 for every length) is ≤ ε; none within ``max_records`` per side is a refusal (None). The left and
 right terms are computed once per length and the pair search is exhaustive over (L, R), so the
-budget split between the sides is the cost-optimal one (not a fixed even split).
+budget split between the sides is the cost-optimal one (not a fixed even split). With a memory
+m > 1 (``SetChain.memory``) the sets are lifted to m-tuples and the figure is over pairs of tuples
+whose latest states differ (docs/time-varying.md §4).
+
+Valid for marks with at least the window and the law horizon (up to ``max_records`` + 1 records)
+of stream before them; marks near the start of a stream are not covered here (docs §7).
 
 The plan table's key (:func:`plan_key`) hashes the set-chain's canonical JSON, ε, the block and
-this code, so a plan cached for one block is never served for another.
+this code (and the memory), so a plan cached for one block is never served for another.
 """
 
 from __future__ import annotations
