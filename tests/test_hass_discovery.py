@@ -48,6 +48,9 @@ DOCUMENTED = {
     "binary_sensor": _COMMON | {"off_delay", "payload_off", "payload_on"},
     "button": (_COMMON - {"state_topic", "value_template", "expire_after", "force_update", "device_class"})
     | {"command_template", "command_topic", "device_class", "payload_press", "retain"},
+    "switch": _COMMON - {"expire_after", "force_update"}
+    | {"command_template", "command_topic", "optimistic", "payload_off", "payload_on", "retain", "state_off",
+       "state_on"},
     "sensor": _COMMON | {"last_reset_value_template", "options", "suggested_display_precision", "state_class",
                          "unit_of_measurement"},
 }
@@ -189,10 +192,13 @@ def test_binary_sensor_config_is_documented_and_shows_redacted_as_unknown(tmp_pa
 def test_privacy_controls_press_a_mark_and_show_its_status(tmp_path: Path) -> None:
     s = settings_for(tmp_path, BINARY.replace("delay = 0", "delay = 3"))
     rt = runtime_for(s)
-    button, status = controls(s, rt)
-    assert (button.component, status.component) == ("button", "sensor")
+    button, switch, status = controls(s, rt)
+    assert (button.component, switch.component, status.component) == ("button", "switch", "sensor")
     assert button.topic == f"homeassistant/button/streamguard_{DEVICE}/hall_private/config"
     check_documented("button", button.config)
+    check_documented("switch", switch.config)
+    assert switch.config["command_topic"] == button.config["command_topic"]
+    assert switch.config["state_topic"] == f"{BASE}/{DEVICE}/hall/privacy"
     check_documented("sensor", status.config)
     assert button.config["command_topic"] == f"{BASE}/{DEVICE}/hall/cmd"
     assert status.config["state_topic"] == status.config["json_attributes_topic"] == f"{BASE}/{DEVICE}/hall/privacy"
@@ -209,12 +215,17 @@ def test_privacy_controls_press_a_mark_and_show_its_status(tmp_path: Path) -> No
     steps = rt.plan.left_horizon + rt.plan.right_horizon + 1
     assert state == "no marks" and attrs["marks"] == 0 and attrs["last_mark_seq"] is None
     assert attrs["mark_cost_steps"] == steps and attrs["mark_cost_minutes"] is None  # (no sample_period)
+    assert render(switch.config["value_template"], json.dumps(rt.privacy_status()).encode()) == "OFF"
     # the button's payload is the stream's "now" command: a mark on the newest step, with its accounting
     for f in frames(LABELS, 5):
         rt.on_frame(f.replace(b'"private": true', b'"private": false'), 1_700_000_100.0)
     assert rt.on_command(button.config["payload_press"].encode()) is None
     doc = rt.privacy_status()
     assert [m["source"] for m in doc["open_marks"]] == ["command"]
+    # the switch's payloads are the stream's privacy mode commands; its state follows the status
+    assert rt.on_command(switch.config["payload_on"].encode()) is None and rt.privacy_mode
+    assert render(switch.config["value_template"], json.dumps(rt.privacy_status()).encode()) == "ON"
+    assert rt.on_command(switch.config["payload_off"].encode()) is None and not rt.privacy_mode
     ledger = {"redaction": {"epsilon": 0.8, "budget": 3.0, "count": 1, "not_honoured": 0}}
     state, attrs = shown(doc | {"ledger": ledger})
     assert state == "protecting"
@@ -230,7 +241,7 @@ def test_privacy_controls_press_a_mark_and_show_its_status(tmp_path: Path) -> No
     # with a sample period the cost is also in minutes; a channel stream (no commands) has no controls
     s2 = settings_for(tmp_path, BINARY.replace("delay = 0", "sample_period = 2.0"))
     rt2 = runtime_for(s2)
-    cost = json.loads(render(controls(s2, rt2)[1].config["json_attributes_template"],
+    cost = json.loads(render(controls(s2, rt2)[-1].config["json_attributes_template"],
                              json.dumps(rt2.privacy_status() | {"ledger": None}).encode()))
     steps2 = rt2.plan.left_horizon + rt2.plan.right_horizon + 1
     assert cost["mark_cost_minutes"] == round(steps2 * 2.0 / 60, 2)
@@ -322,7 +333,8 @@ def config_file(tmp_path: Path, port: int, *, second: bool, enabled: bool = True
 HALL = f"homeassistant/binary_sensor/streamguard_{DEVICE}/hall/config"
 HALL_BUTTON = f"homeassistant/button/streamguard_{DEVICE}/hall_private/config"
 HALL_PRIVACY = f"homeassistant/sensor/streamguard_{DEVICE}/hall_privacy/config"
-HALL_ALL = {HALL, HALL_BUTTON, HALL_PRIVACY}
+HALL_MODE = f"homeassistant/switch/streamguard_{DEVICE}/hall_privacy_mode/config"
+HALL_ALL = {HALL, HALL_BUTTON, HALL_PRIVACY, HALL_MODE}
 ACTIVITY = f"homeassistant/sensor/streamguard_{DEVICE}/activity/config"
 
 
@@ -359,12 +371,12 @@ async def test_daemon_announces_resends_and_removes(tmp_path: Path, mosquitto: B
             before = len(live.on("/config"))
             # Home Assistant restarts: its birth message makes the daemon send every config again
             await live.transport.publish("homeassistant/status", b"online")
-            await live.wait_until(lambda: len(live.on("/config")) >= before + 4, 10, "re-announcement")
+            await live.wait_until(lambda: len(live.on("/config")) >= before + 5, 10, "re-announcement")
             # a flood of birth messages gets one re-announcement per RESEND_INTERVAL, not one each
             for _ in range(20):
                 await live.transport.publish("homeassistant/status", b"online")
             await asyncio.sleep(1.0)
-            assert len(live.on("/config")) == before + 4
+            assert len(live.on("/config")) == before + 5
             assert await remembered(outbox, HALL_ALL | {ACTIVITY}) == HALL_ALL | {ACTIVITY}
         retained = await retained_configs(mosquitto)
         assert set(retained) == HALL_ALL | {ACTIVITY}

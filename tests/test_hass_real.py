@@ -131,7 +131,8 @@ async def find_entities(ha: HomeAssistant) -> dict[str, str]:
     """Entity ids by role, found by their friendly names (the example names the hall stream)."""
     roles = {"hall": ("binary_sensor.", "Hall occupancy"), "hall_button": ("button.", "Hall occupancy: mark this moment private"),
              "hall_privacy": ("sensor.", "Hall occupancy: privacy status"), "activity": ("sensor.", " activity"),
-             "activity_button": ("button.", "activity: mark this moment private")}
+             "activity_button": ("button.", "activity: mark this moment private"),
+             "activity_mode": ("switch.", "activity: privacy mode")}
     found: dict[str, str] = {}
     for s in await ha.states():
         name = s["attributes"].get("friendly_name", "")
@@ -250,6 +251,17 @@ async def session_checks(ha: HomeAssistant, spy: Spy, daemon: DaemonProcess, act
 
     # SIGTERM: unavailable at once; restart: nothing of the previous session is shown as current —
     # the activity stream gets no frame for a while after the restart (its last value is old)
+    # the activity stream's privacy mode switched on in Home Assistant: every step private, also
+    # after the restart (persisted); the switch shows it
+    assert (await ha.state(ids["activity_mode"]))["state"] == "off"
+    await ha.call("POST", "/api/services/switch/turn_on", {"entity_id": ids["activity_mode"]})
+    await ha.until(lambda: _state_if(ha, ids["activity_mode"], "on"), 10, "the privacy mode switch on")
+    act_privacy = f"streamguard/{DEVICE}/activity/privacy"
+
+    def mode_statuses() -> list[dict[str, Any]]:
+        return [st for m in spy.messages if m.topic == act_privacy and (st := json.loads(m.payload))["privacy_mode"]]
+    await spy.wait_until(lambda: bool(mode_statuses()), 10, "the privacy status with the mode on")
+    mode_from = mode_statuses()[0]["next_seq"] - 1  # (≥ the newest step when it was switched on)
     activity_flowing.clear()
     await asyncio.sleep(1.0)
     t_term = time.time()
@@ -277,6 +289,9 @@ async def session_checks(ha: HomeAssistant, spy: Spy, daemon: DaemonProcess, act
     await ha.until(lambda: time.time() > t_hall + 3 and new_records_shown(()), 10, "3 s", interval=0.1)
     activity_flowing.set()
     await ha.until(lambda: new_records_shown(("activity",)), 20, "new activity records", interval=0.1)
+    assert (await ha.state(ids["activity_mode"]))["state"] == "on"  # the mode survived the restart
+    after_on = {q: r for q, r in records_of(spy, act_data).items() if q >= mode_from}
+    assert after_on and all(r["redacted"] for r in after_on.values()), after_on
     stale = [o for o in observed if o[2] != UNAVAILABLE and (o[3] is None or o[3] <= last[o[1]])]
     for role in ("hall", "activity"):
         times = [o[0] for o in stale if o[1] == role]

@@ -76,6 +76,7 @@ from ..ledger.odometer import OdometerCache
 from ..ledger.store import BudgetExceeded, Ledger
 from ..quilt.release import AggregateRelease
 from ..sampling import bit_source
+from . import privacy_mode
 from .hass import Discovery
 from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox, Row
 from .privatizer import Mark
@@ -238,6 +239,8 @@ class Daemon:
         self._claimed = False  # published "online" at least once
         #: systemd's notify protocol (READY, STATUS, STOPPING, WATCHDOG); inert outside systemd.
         self.systemd = Notifier()
+        #: Each stream's privacy mode, persisted beside the outbox (stream/privacy_mode.py).
+        self._modes = privacy_mode.ModeFile(privacy_mode.beside(settings.outbox.path))
         self._status_checked = asyncio.Event()
         #: Set once ``online`` was first published (every input and sensor subscription confirmed),
         #: and once the buttons' connection has subscribed (set at once without one): READY=1.
@@ -290,6 +293,9 @@ class Daemon:
             if restarted:
                 log.info("stream %s: resuming at seq %d after a restart (%d open marks kept)",
                          cfg.name, first_seq, len(open_marks))
+        for name, on in self._modes.load(list(self.runtimes)).items():  # (each stream's privacy mode)
+            if isinstance(rt := self.runtimes[name], RedactionRuntime):
+                rt.privacy_mode = on
         warmed: set[Hashable] = set()  # (one stream of each kind loads the kernels for all)
         for rt in self.runtimes.values():
             if (key := rt.warm_key) is not None and key not in warmed:
@@ -348,6 +354,8 @@ class Daemon:
         if rt is None:
             return
         self.stats.commands += 1
+        if isinstance(rt, RedactionRuntime) and (mode := privacy_mode.requested_bytes(data)) is not None:
+            self._modes.set(stream, mode)  # persisted before it takes effect (stream/privacy_mode.py)
         rt.on_command(data)
         await self._store(rt, [])
 

@@ -29,7 +29,10 @@ before ignore them); a label ``unknown`` or ``unavailable`` is refused (config.h
 **Privacy controls** (a stream with marks, i.e. not a channel stream): beside its entity, a
 **button** "Mark this moment private" that publishes ``{"private": "now"}`` on the stream's
 command topic (the same command as any app's: a mark with the usual accounting, in the ledger and
-the privacy status), and a **sensor** "Privacy status" read from the retained privacy status: its
+the privacy status), a **switch** "Privacy mode" that publishes ``{"privacy_mode": "on"}`` /
+``"off"`` there (every step private while on, persisted across restarts: stream/privacy_mode.py;
+its state is the retained privacy status's ``privacy_mode``), and a **sensor** "Privacy status"
+read from the retained privacy status: its
 state is the newest mark's outcome (``no marks``, ``protecting`` while its window is open,
 ``honoured``, ``not honoured``), its attributes the budget used (the ledger's worst leakage, ε per
 private position, and the budget), the marks counted and not honoured, the last mark's time and
@@ -76,6 +79,8 @@ _IF_REDACTED = "{% if r.redacted or r.value is none %}"
 UNKNOWN = "unknown"
 #: Button payload: the stream's command that marks the newest step private.
 PRESS = '{"private": "now"}'
+#: Switch payloads: the stream's privacy mode commands (stream/privacy_mode.py).
+MODE_ON, MODE_OFF = '{"privacy_mode": "on"}', '{"privacy_mode": "off"}'
 
 
 @dataclass(frozen=True)
@@ -208,8 +213,8 @@ def _privacy_attributes(steps: int, minutes: float | None) -> str:
 
 
 def controls(settings: Settings, rt: StreamRuntime) -> list[Entity]:
-    """The privacy button and privacy status sensor of a stream with marks (module docstring);
-    none for a channel stream (it takes no commands)."""
+    """The privacy button, privacy mode switch and privacy status sensor of a stream with marks
+    (module docstring); none for a channel stream (it takes no commands)."""
     if not isinstance(rt, RedactionRuntime):
         return []
     prefix, node = settings.homeassistant.prefix, f"streamguard_{settings.device}"
@@ -221,6 +226,20 @@ def controls(settings: Settings, rt: StreamRuntime) -> list[Entity]:
         "command_topic": rt.command_topic(),
         "payload_press": PRESS,
         "icon": "mdi:incognito",
+        "availability": online,
+        **_common(settings),
+    }
+    switch = {
+        "name": f"{name}: privacy mode",
+        "unique_id": f"{node}_{rt.name}_privacy_mode",
+        "command_topic": rt.command_topic(),
+        "payload_on": MODE_ON,
+        "payload_off": MODE_OFF,
+        "state_topic": rt.privacy_topic(),
+        "value_template": "{{ 'ON' if value_json.privacy_mode else 'OFF' }}",
+        "state_on": "ON",
+        "state_off": "OFF",
+        "icon": "mdi:shield-account",
         "availability": online,
         **_common(settings),
     }
@@ -239,6 +258,7 @@ def controls(settings: Settings, rt: StreamRuntime) -> list[Entity]:
         **_common(settings),
     }
     return [Entity(rt.name, "button", f"{prefix}/button/{node}/{rt.name}_private/config", button),
+            Entity(rt.name, "switch", f"{prefix}/switch/{node}/{rt.name}_privacy_mode/config", switch),
             Entity(rt.name, "sensor", f"{prefix}/sensor/{node}/{rt.name}_privacy/config", status)]
 
 

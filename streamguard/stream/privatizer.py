@@ -65,7 +65,8 @@ from ..redaction.side import MIN_SIDE_BUDGET
 from ..sampling import REDACTED, BitSource, apply_redaction, thresholds
 
 #: "unvouched": a step whose privacy button the daemon could not hear, decided as private (stream/vouch.py).
-MARK_SOURCES = ("flag", "command", "schedule", "unvouched")
+#: "mode": a step made while the stream's privacy mode is on (stream/privacy_mode.py).
+MARK_SOURCES = ("flag", "command", "schedule", "unvouched", "mode")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
 #: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a

@@ -25,6 +25,7 @@ from ..model.krobust import RobustKStreamPlan, region, robust_kstream_plan
 from ..model.robust import RobustStreamPlan
 from ..model.robust_cache import cached_robust_stream_plan
 from ..quilt.release import AggregateRelease
+from . import privacy_mode
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Element, Rejection
 from .steps import StepTracker
@@ -74,6 +75,8 @@ class RedactionRuntime(StreamRuntime):
                  aggregate_source: BitSource | None = None, plan_cache: PlanCache | None = None) -> None:
         super().__init__(settings, cfg, source, aggregate_source)
         assert cfg.epsilon is not None  # config validation: redaction streams have a budget
+        #: Every step private while on (stream/privacy_mode.py; the daemon restores it at start).
+        self.privacy_mode = False
         #: The model set the plan is robust over (None: the single configured chain).
         self.model_set = cfg.model_set()
         self.robust: RobustStreamPlan | RobustKStreamPlan | None = None
@@ -210,20 +213,21 @@ class RedactionRuntime(StreamRuntime):
                 self.core.mark_lost(source="flag", ts=rec.ts)
             return [], rejection
         releases: list[Release] = []
+        mode = self.privacy_mode  # every step is private while it is on (stream/privacy_mode.py)
         for missing in step.missing:  # readings that never arrived still occupy their steps
-            releases += self.core.skip(now=now, ts=missing, private=self._scheduled(missing, guard=True),
+            releases += self.core.skip(now=now, ts=missing, private=mode or self._scheduled(missing, guard=True),
                                        defer=self._defer)
             self.steps.taken(missing, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None, missing)
         if isinstance(rec, Rejection):
             clock = now if self.wall_clock else None  # (its time: its own ts, else the daemon's clock)
-            private = rec.private or self._scheduled(clock if rec.ts is None else rec.ts, guard=True)
+            private = rec.private or mode or self._scheduled(clock if rec.ts is None else rec.ts, guard=True)
             releases += self.core.skip(now=now, ts=rec.ts, private=private, defer=self._defer)
             self.steps.taken(rec.ts, self.core.next_phys - 1)
             self._observe(self.core.next_phys - 1, None, now if rec.ts is None else rec.ts)
             return self._count(releases), rec
-        scheduled = self._scheduled(rec.ts, guard=False)
-        source = "flag" if rec.private else "schedule"
+        scheduled = mode or self._scheduled(rec.ts, guard=False)
+        source = "flag" if rec.private else "mode" if mode else "schedule"
         _, accepted = self.core.accept(rec.state, math.nan if rec.ts is None else rec.ts, now=now, private=rec.private or scheduled,
                                        source=source, defer=self._defer)
         self.steps.taken(rec.ts, self.core.next_phys - 1)
@@ -233,11 +237,21 @@ class RedactionRuntime(StreamRuntime):
         return self._count(releases + accepted), None
 
     def on_command(self, data: bytes) -> Rejection | None:
-        """Apply ``{"private": <seq>}`` or ``{"private": "now"}``; a bad command is counted."""
+        """Apply ``{"private": <seq>}``, ``{"private": "now"}`` or ``{"privacy_mode": "on"|"off"}``
+        (stream/privacy_mode.py: on also marks the newest step); a bad command is counted."""
         try:
             obj = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply
             return self._bad_command("not-json", "command is not valid JSON")
+        try:
+            mode = privacy_mode.requested(obj)
+        except ValueError as exc:
+            return self._bad_command("bad-privacy-mode", str(exc))
+        if mode is not None:
+            if mode and not self.privacy_mode and self.core.next_seq > self.core.first_seq:
+                self.core.mark(None, source="mode")
+            self.privacy_mode = mode
+            return None
         if not isinstance(obj, dict) or "private" not in obj:
             return self._bad_command("not-object", "command must be an object with field 'private'")
         target = obj["private"]
@@ -459,5 +473,6 @@ class RedactionRuntime(StreamRuntime):
             "restarted": core["restarted"],
             # the first position after the last restart: an unknown number of readings lies before it
             "restart_position": self.core.boundary,
+            "privacy_mode": self.privacy_mode,
             "counters": self.counters.as_dict(),
         }
