@@ -78,7 +78,8 @@ def _report(n: int, r: dict[str, float]) -> None:
     print(f"\n[hostile ×{n}] per frame (steady state): ledger events {r['measured_events'] / n:.2f} "
           f"({ledger:.0f} B), "
           f"RSS {r['measured_rss_kb'] / n * 1024:.0f} B, time {r['measured_seconds'] / n * 1e6:.0f} µs; "
-          f"outbox {r['warm_outbox_bytes'] / 1e6:.2f} MB after the first burst, {r['measured_outbox_bytes'] / 1e6:.2f} MB "
+          f"outbox {r['warm_outbox_bytes'] / 1e6:.2f} MB after the first burst, "
+          f"{r['measured_outbox_bytes'] / 1e6:.2f} MB "
           f"after the second, {r['outbox_bytes_closed'] / 1e6:.2f} MB closed; marks rows {r['marks_rows']:.0f}, "
           f"free pages {r['freelist']:.0f}; ledger events {r['ledger_events']:.0f}")
 
