@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from streamguard.cli import main
+from streamguard.model import tv_plan
 from streamguard.model.setchain import Block, SetChain
 from streamguard.model.tv_leakage import prior_odds_bound, window_bound
 from streamguard.model.tv_plan import block_plan, block_plans, duration, offset_sets, plan_key
@@ -92,18 +93,20 @@ def test_a_block_that_may_never_leave_a_state_is_refused():
     assert block_plan(sc, 0, 1.0, max_records=50) is None
 
 
-def test_plan_model_names_why_a_block_has_no_plan(tmp_path, capsys):
+def test_plan_model_names_why_a_block_has_no_plan(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tv_plan, "MAX_RECORDS", 100)
     lo, hi = _box(0.1, 0.1, 0.05)
     lo[0, 1], lo[0, 0], hi[0, 0], hi[0, 1] = 0.0, 0.85, 1.0, 0.15  # 'away' may never be left
     model = tmp_path / "model.json"
     model.write_text(SetChain(("away", "home"), 300.0, (Block(0.0, lo, hi),)).dumps())
     assert main(["plan", "--model", str(model), "--epsilon", "1"]) == 2
     cap = capsys.readouterr()
-    assert "block 0: no window" in cap.out and "the set lets 'away' never be left" in cap.out
+    assert "block 0: no window of at most 100 records" in cap.out and "the set lets 'away' never be left" in cap.out
     assert "no window plan meets ε=1 for block(s) 0" in cap.err
 
 
-def test_plan_model_prints_the_cost_per_block(tmp_path, capsys):
+def test_plan_model_prints_the_cost_per_block(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tv_plan, "MAX_RECORDS", 600)  # the search length only: the plans fit in it
     model = tmp_path / "model.json"
     model.write_text(_home().dumps())
     assert main(["plan", "--model", str(model), "--epsilon", "1"]) == 0

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..chain import ModelError
 from ..model.setchain import SetChain, is_setchain_json
-from ..model.tv_plan import MAX_RECORDS, block_plans, duration
+from ..model import tv_plan
+from ..model.tv_plan import block_plans, duration
 from .common import CliError
 
 
@@ -75,7 +76,7 @@ def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
               "certified for every fixed kernel sequence in the block sets (docs/time-varying.md)")
         for i, bp in enumerate(plans):
             if bp is None:
-                print(f"block {i}: no window of at most {MAX_RECORDS} records a side meets ε ({_slowest(sc, i)})")
+                print(f"block {i}: no window of at most {tv_plan.MAX_RECORDS} records a side meets ε ({_slowest(sc, i)})")
             else:
                 print(f"block {i}: {bp.cost_text()}")
     if missing:

@@ -142,14 +142,15 @@ def _side_terms(klo: Arr, khi: Arr, n: int, prior: Arr | None, stride: int) -> A
     return np.where(off[None], out, 0.0)
 
 
-def block_plan(sc: SetChain, block: int, epsilon: float, *, max_records: int = MAX_RECORDS,
+def block_plan(sc: SetChain, block: int, epsilon: float, *, max_records: int | None = None,
                memory: int | None = None) -> BlockPlan | None:
-    """The cheapest window plan of ``block`` certified ≤ ε (module docstring), or None. ``memory``
+    """The cheapest window plan of ``block`` certified ≤ ε (module docstring), or None; sides of at
+    most ``max_records`` (default ``MAX_RECORDS``). ``memory``
     (default: the set-chain's): the kernel may depend on that many last states, every conditional
     row in the block's set (the sets lifted, :func:`.tv_leakage.lift`)."""
     m = sc.memory if memory is None else memory
     check_memory(sc.k, m)
-    n = max_records
+    n = MAX_RECORDS if max_records is None else max_records
     llo, lhi = lift(*offset_sets(sc, block, -np.arange(1, n + 2)), m)  # step j back: from X_{p−j}
     rlo, rhi = lift(*offset_sets(sc, block, np.arange(0, n + 1)), m)   # step j forward: from X_{p+j−1}
     llo, lhi, rlo, rhi = (np.ascontiguousarray(a) for a in (llo, lhi, rlo, rhi))
@@ -184,7 +185,7 @@ def check_memory(k: int, memory: int) -> None:
                          "are certified (docs/time-varying.md §4)")
 
 
-def block_plans(sc: SetChain, epsilon: float, *, max_records: int = MAX_RECORDS,
+def block_plans(sc: SetChain, epsilon: float, *, max_records: int | None = None,
                 memory: int | None = None) -> list[BlockPlan | None]:
     """:func:`block_plan` for every block (None: no window plan within ``max_records`` meets ε)."""
     return [block_plan(sc, i, epsilon, max_records=max_records, memory=memory) for i in range(len(sc.blocks))]
