@@ -104,7 +104,8 @@ async def _settled_metrics(mosquitto: Broker, tmp: Path, *, marks: bool, private
             yield "s", f
 
     prom = tmp / "streamguard.prom"
-    settings = Settings(device="met", topic_base="sgm", broker=mosquitto.broker_config(),
+    # (a device of its own per run: two outboxes under one identity are refused, issue 28)
+    settings = Settings(device=f"met-{tmp.name}", topic_base="sgm", broker=mosquitto.broker_config(),
                         outbox={"path": tmp / "o.sqlite"},
                         metrics={"textfile": prom, "interval": 1.0, "private_counters": private},
                         streams=[{"name": "s", "labels": ["off", "on"], "source": "stdin", "epsilon": 1.0,
