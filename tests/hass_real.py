@@ -68,7 +68,8 @@ class HomeAssistant:
 
     config_dir: Path
     port: int
-    proc: subprocess.Popen[bytes]
+    exe: Path
+    proc: subprocess.Popen[bytes] | None = None
     token: str = ""
     #: Logged in with this client id (onboarding's and the token's).
     client_id: str = field(init=False)
@@ -84,6 +85,45 @@ class HomeAssistant:
     def log(self) -> str:
         path = self.config_dir / "home-assistant.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def launch(self) -> None:
+        """Start ``hass`` on the config directory (its output appended to ``hass.stdout``)."""
+        with open(self.config_dir / "hass.stdout", "ab") as log:
+            self.proc = subprocess.Popen([str(self.exe), "-c", str(self.config_dir), "--skip-pip"], stdout=log,
+                                         stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": ""})
+
+    async def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 20 s."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(proc.wait, 20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            await asyncio.to_thread(proc.wait, 5)
+
+    async def restart(self) -> None:
+        """Stop and start it again (same config directory, users and MQTT entry); back once its
+        API answers with this token and the MQTT entry is loaded."""
+        await self.stop()
+        self.launch()
+        await self.until(self._up, START_TIMEOUT, "its HTTP server after a restart")
+        await self.until(self._mqtt_loaded, MQTT_TIMEOUT, "the MQTT entry after a restart")
+
+    async def _up(self, path: str = "/api/") -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"Home Assistant exited ({self.proc.returncode})\n{self.log[-3000:]}")
+        try:
+            await self.call("GET", path, auth=path == "/api/", timeout=2.0)
+            return True
+        except (OSError, HttpError):
+            return False
+
+    async def _mqtt_loaded(self) -> bool:
+        entries = await self.call("GET", "/api/config/config_entries/entry")
+        return any(e["domain"] == "mqtt" and e["state"] == "loaded" for e in entries)
 
     def request(self, method: str, path: str, body: Any = None, *, form: dict[str, str] | None = None,
                 auth: bool = True, timeout: float = 10.0) -> Any:
@@ -148,15 +188,7 @@ def _write_config(config_dir: Path, port: int) -> None:
 async def _onboard(ha: HomeAssistant) -> None:
     """Create the owner through onboarding and get an access token (no core_config step: it would
     set up integrations that go to the internet)."""
-    async def up() -> bool:
-        if ha.proc.poll() is not None:
-            raise AssertionError(f"Home Assistant exited ({ha.proc.returncode})\n{ha.log[-3000:]}")
-        try:
-            await ha.call("GET", "/api/onboarding", auth=False, timeout=2.0)
-            return True
-        except (OSError, HttpError):
-            return False
-    await ha.until(up, START_TIMEOUT, "its HTTP server")
+    await ha.until(lambda: ha._up("/api/onboarding"), START_TIMEOUT, "its HTTP server")
     user = await ha.call("POST", "/api/onboarding/users", {
         "client_id": ha.client_id, "name": "Test", "username": "test", "password": "test-password-1",
         "language": "en"}, auth=False)
@@ -172,11 +204,7 @@ async def add_mqtt(ha: HomeAssistant, port: int) -> None:
     result = await ha.call("POST", f"/api/config/config_entries/flow/{flow['flow_id']}",
                            {"broker": HOST, "port": port})
     assert result.get("type") == "create_entry", result
-
-    async def loaded() -> bool:
-        entries = await ha.call("GET", "/api/config/config_entries/entry")
-        return any(e["domain"] == "mqtt" and e["state"] == "loaded" for e in entries)
-    await ha.until(loaded, MQTT_TIMEOUT, "the MQTT entry to load")
+    await ha.until(ha._mqtt_loaded, MQTT_TIMEOUT, "the MQTT entry to load")
 
 
 @asynccontextmanager
@@ -189,23 +217,14 @@ async def home_assistant(config_dir: Path, mqtt_port: int) -> AsyncIterator[Home
         pytest.skip(f"Home Assistant {hass_env.VERSION} cannot be installed here: {e}")
     port = free_port()
     _write_config(config_dir, port)
-    log = open(config_dir / "hass.stdout", "wb")
-    proc = subprocess.Popen([str(exe), "-c", str(config_dir), "--skip-pip"], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": ""})
-    ha = HomeAssistant(config_dir, port, proc)
+    ha = HomeAssistant(config_dir, port, exe)
+    ha.launch()
     try:
         await _onboard(ha)
         await add_mqtt(ha, mqtt_port)
         yield ha
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(proc.wait, 20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait, 5)
-        log.close()
+        await ha.stop()
         errors = [line for line in ha.log.splitlines() if " ERROR " in line]
         if errors:
             print("Home Assistant errors:\n" + "\n".join(errors[-20:]))

@@ -8,8 +8,11 @@ release delay is 115 s) and a three-label stream fed raw frames — while a simu
 occupancy sensor (firmware_sim) publishes. What a household sees is read through Home Assistant's
 REST API: the entities and their device class, each record's state (redacted → ``unknown``,
 binary and enum; never the literal ``None``), the privacy button pressed from Home Assistant
-(a mark in the daemon's ledger and status, shown by the privacy status sensor), availability on
-SIGTERM, and after a restart of the daemon no value of the previous session shown as current.
+(a mark in the daemon's ledger and status, shown by the privacy status sensor), the privacy mode
+switched on from Home Assistant (every step redacted, still on after a restart), availability on
+SIGTERM, after a restart of the daemon no value of the previous session shown as current, and
+after a restart of Home Assistant the entities back with the current record. The slow test runs
+the example with only the port and path changed (the shipped model's 115 s release delay).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from brokers import Broker, mosquitto  # noqa: F401  (fixture)
 from daemon_harness import Spy, running
 from hass_real import HomeAssistant, home_assistant
@@ -127,12 +131,14 @@ async def feed_activity(spy: Spy, topic: str, flowing: asyncio.Event, stop: asyn
         await asyncio.sleep(0.5)
 
 
-async def find_entities(ha: HomeAssistant) -> dict[str, str]:
-    """Entity ids by role, found by their friendly names (the example names the hall stream)."""
+async def find_entities(ha: HomeAssistant, only: tuple[str, ...] = ()) -> dict[str, str]:
+    """Entity ids by role (``only`` those, if given), found by their friendly names (the example
+    names the hall stream)."""
     roles = {"hall": ("binary_sensor.", "Hall occupancy"), "hall_button": ("button.", "Hall occupancy: mark this moment private"),
              "hall_privacy": ("sensor.", "Hall occupancy: privacy status"), "activity": ("sensor.", " activity"),
              "activity_button": ("button.", "activity: mark this moment private"),
              "activity_mode": ("switch.", "activity: privacy mode")}
+    roles = {r: v for r, v in roles.items() if not only or r in only}
     found: dict[str, str] = {}
     for s in await ha.states():
         name = s["attributes"].get("friendly_name", "")
@@ -305,6 +311,19 @@ async def session_checks(ha: HomeAssistant, spy: Spy, daemon: DaemonProcess, act
                  and datetime.fromisoformat(h["last_updated"]).timestamp() >= t_down]
         old = [h for h in after if (h["attributes"].get("seq") or -1) <= last[role]]
         assert not old, (role, old[:3])
+
+    # Home Assistant restarts: the entities come back from the retained discovery (re-sent on its
+    # birth message), showing the current session's record, the mode still on
+    t_ha = time.time()
+    await ha.restart()
+
+    async def current(role: str) -> bool:
+        s = await ha.state(ids[role])
+        return s["state"] != UNAVAILABLE and (s["attributes"].get("seq") or -1) > last[role]
+    await ha.until(lambda: current("hall"), 30, "the hall entity after Home Assistant's restart")
+    await ha.until(lambda: _state_if(ha, ids["activity_mode"], "on"), 10, "the mode switch after the restart")
+    assert (await ha.state(ids["hall_button"]))["state"] != UNAVAILABLE
+    print(f"Home Assistant restart: entities current again {time.time() - t_ha:.1f} s after its SIGTERM")
     errors = [line for line in ha.log.splitlines() if " ERROR " in line and "mqtt" in line.lower()]
     assert not errors, errors
 
@@ -312,3 +331,64 @@ async def session_checks(ha: HomeAssistant, spy: Spy, daemon: DaemonProcess, act
 async def _state_if(ha: HomeAssistant, entity_id: str, want: str) -> dict[str, Any] | None:
     s = await ha.state(entity_id)
     return s if s["state"] == want else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_real_home_assistant_with_the_shipped_example(tmp_path: Path, mosquitto: Broker) -> None:  # noqa: F811
+    """The shipped example with only the port and outbox path changed (model as shipped: a release
+    delay of 115 one-second steps; after a start the first record waits 231 steps, the start rule):
+    the first record, a button press and its cost as Home Assistant shows them, and a daemon
+    restart during which Home Assistant shows nothing of the previous session until the first new
+    record (before the fix: the old value all that time). About 9 minutes."""
+    spy = Spy(mosquitto.broker_config(), "streamguard/#", name="observer")
+    stop = asyncio.Event()
+    daemon = DaemonProcess(example_config(tmp_path, mosquitto.port, fast=False))
+    hall_data = f"streamguard/{DEVICE}/hall/data"
+    async with running(spy.run()), home_assistant(tmp_path / "ha", mosquitto.port) as ha:
+        await asyncio.wait_for(spy.subscribed.wait(), 10)
+        async with running(zigbee2mqtt_sensor(mosquitto.port, stop)):
+            daemon.start()
+            try:
+                roles = ("hall", "hall_button", "hall_privacy")
+                ids = await ha.until(lambda: find_entities(ha, roles), 40, "the discovered entities")
+                async def privacy_shown() -> dict[str, Any] | None:
+                    s = await ha.state(ids["hall_privacy"])
+                    return s if "mark_cost_steps" in s["attributes"] else None
+                privacy = await ha.until(privacy_shown, 20, "the privacy status")
+                assert privacy["attributes"]["mark_cost_steps"] == 231
+                assert privacy["attributes"]["mark_cost_minutes"] == 3.85
+
+                async def shown_after(seq: int) -> bool:
+                    s = await ha.state(ids["hall"])
+                    return s["state"] != UNAVAILABLE and (s["attributes"].get("seq") or -1) > seq
+                await ha.until(lambda: shown_after(-1), 300, "the first record (after the start rule's hold)")
+                await ha.press(ids["hall_button"])
+
+                async def marked() -> bool:
+                    return (await ha.state(ids["hall_privacy"]))["attributes"].get("marks", 0) >= 1
+                await ha.until(marked, 15, "the button's mark")
+                t_term = time.time()
+                assert await daemon.terminate() == 0
+                await asyncio.sleep(0.5)
+                last = max(records_of(spy, hall_data))
+                await ha.until(lambda: _state_if(ha, ids["hall"], UNAVAILABLE), 5, "unavailable")
+                daemon.start()
+                observed: list[tuple[float, str, Any]] = []
+
+                async def new_record() -> bool:
+                    s = await ha.state(ids["hall"])
+                    observed.append((time.time(), s["state"], s["attributes"].get("seq")))
+                    return s["state"] != UNAVAILABLE and (s["attributes"].get("seq") or -1) > last
+                await ha.until(new_record, 300, "the restarted daemon's first record", interval=0.25)
+                stale = [o for o in observed if o[1] != UNAVAILABLE and (o[2] is None or o[2] <= last)]
+                print(f"restart: first new record shown {time.time() - t_term:.0f} s after SIGTERM; "
+                      f"previous session's value shown in {len(stale)} of {len(observed)} polls")
+                assert not stale, stale[:5]
+            except BaseException:
+                print(daemon.logs()[-4000:])
+                raise
+            finally:
+                stop.set()
+                if daemon.proc is not None and daemon.proc.poll() is None:
+                    await daemon.terminate()
