@@ -173,23 +173,25 @@ def max_gap(alpha: float, beta: float) -> int:
     return 0 if lam == 0 else max(0, math.ceil(math.log(1e-13) / math.log(lam)))
 
 
-def any_law_leakage(P: np.ndarray, rows: np.ndarray, p: int, boundaries: Sequence[int], gmax: int) -> float:
+def any_law_leakage(P: np.ndarray, rows: np.ndarray, p: int, boundaries: Sequence[int], gmax: int,
+                    gaps: Sequence[int] | None = None) -> float:
     """The exact leakage about X_p of ``rows`` (one per step), maximised over the law of the first
     record (true_world.worst_over_initial: exact over the simplex) and, for each restart (the first
     positions of the later lives, ``boundaries``), over what it was: the sensor restarted (the
     records on the other side of the boundary are independent of X_p; the first record after it has
     any law) or the chain ran on through G = 0..gmax unseen readings (rows of ones) before it —
-    every combination over the boundaries."""
+    every combination over the boundaries. ``gaps``: only these G (a lower bound on the value, for
+    quick checks that a figure is not below it)."""
     if not boundaries:
         return worst_over_initial(P, rows, p).total
     b, rest = boundaries[-1], boundaries[:-1]
     if p >= b:  # the sensor restarted at b: only what follows it counts, from a first record at b
         worst = worst_over_initial(P, rows[b:], p - b).total
     else:  # what follows b is independent of X_p
-        worst = any_law_leakage(P, rows[:b], p, rest, gmax)
-    for G in range(gmax + 1):
-        full = np.vstack([rows[:b], np.ones((G, 2)), rows[b:]])
-        worst = max(worst, any_law_leakage(P, full, p + G if p >= b else p, rest, gmax))
+        worst = any_law_leakage(P, rows[:b], p, rest, gmax, gaps)
+    for G in range(gmax + 1) if gaps is None else gaps:
+        full = np.vstack([rows[:b], np.ones((G, rows.shape[1])), rows[b:]])
+        worst = max(worst, any_law_leakage(P, full, p + G if p >= b else p, rest, gmax, gaps))
     return worst
 
 

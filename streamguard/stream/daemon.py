@@ -279,13 +279,17 @@ class Daemon:
                 await box.run(Outbox.record_decisions, cfg.name, never, keep=KEEP_DECISIONS)
                 decided.update((t, tuple(row)) for t, *row in never)
             restarted = bool(decided)
+            # every restart boundary a window may still span (the last is first_phys)
+            restarts = (await box.run(Outbox.add_restart, cfg.name, first_phys, keep=KEEP_DECISIONS)
+                        if restarted and cfg.mechanism == "redaction" else [])
             open_marks = [Mark.from_state(m["state"], cfg.state_map().k) for m in marks.values()
                           if m.get("open") and m["state"]["phys"] < first_phys]
             source = shared if shared is not None else bit_source(s.deterministic_seed, i)
             noise = shared if shared is not None else bit_source(s.deterministic_seed, AGGREGATE_STREAMS + i)
             self.runtimes[cfg.name] = make_runtime(
                 s, cfg, source,
-                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted, newest, drift),
+                resume=Resume(first_seq, first_phys, decided, tuple(open_marks), restarted, newest, drift,
+                              tuple(restarts)),
                 aggregate_source=noise, plan_cache=plans)
             if s.deterministic_seed is not None:
                 log.warning("stream %s: DETERMINISTIC (seeded) randomness — for tests only, not private "

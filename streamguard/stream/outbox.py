@@ -16,6 +16,9 @@ records** (raw readings never touch disk) and what the daemon needs to resume af
   mark is history (the ledger holds its figures; a restart restores only open ones): those more
   than ``keep`` records (seq) or steps (a rejected frame's mark, keyed −(position + 1)) behind the
   newest are deleted, so a burst of private rejected frames leaves a bounded table (issue 28).
+- ``restarts`` — per stream, the first position of each restart of the daemon (the boundary an
+  unknown number of readings lies before), the last ``keep`` positions' worth: a mark's window that
+  spans one is evaluated over what the restart may have been (stream/privatizer.py).
 - ``announced`` — the Home Assistant discovery config topics published (stream/hass.py), so that
   the configs of removed streams can be deleted at the next start.
 
@@ -99,6 +102,11 @@ CREATE TABLE IF NOT EXISTS marks (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS announced (
     topic TEXT PRIMARY KEY
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS restarts (
+    stream TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (stream, position)
 ) WITHOUT ROWID;
 """
 
@@ -403,6 +411,15 @@ class Outbox:
         """The stream's mark reports, seq → report, in seq order."""
         cur = self._db.execute("SELECT seq, report FROM marks WHERE stream = ? ORDER BY seq", (stream,))
         return {seq: json.loads(text) for seq, text in cur}
+
+    def add_restart(self, stream: str, position: int, *, keep: int) -> list[int]:
+        """Durably record a restart of ``stream`` at ``position`` (its first new position), forget
+        those more than ``keep`` positions before it, and return the stream's restarts in order."""
+        with self._transaction() as db:
+            db.execute("INSERT OR IGNORE INTO restarts (stream, position) VALUES (?, ?)", (stream, position))
+            db.execute("DELETE FROM restarts WHERE stream = ? AND position < ?", (stream, position - keep))
+        return [p for (p,) in self._db.execute(
+            "SELECT position FROM restarts WHERE stream = ? ORDER BY position", (stream,))]
 
     def announced(self) -> set[str]:
         """The discovery config topics remembered as published (stream/hass.py)."""

@@ -34,7 +34,9 @@ distance, left horizon H_ℓ, right horizon H_r):
   (for λ < 0 the sign of the correlation alternates with distance), so every window that spans
   the restart is evaluated exactly for every G up to the mixing horizon and for G = ∞ (one step
   with kernel P^(G+1)), and the worst case is reported. Marks whose right side was open at the
-  crash fully redact the rest of their window.
+  crash fully redact the rest of their window. Earlier restarts (``restarts``, kept by the owner)
+  count as well: each side takes its nearest one's hypotheses, and a further one inside the window
+  cuts it at a released stand-in (docs/initial-law.md, "Several restarts").
 
 The core only sees state indices; it never formats or logs a reading.
 """
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -264,6 +267,11 @@ class StreamPrivatizer:
     decided: dict[int, tuple[float, ...]] = field(default_factory=dict)
     open_marks: list[Mark] = field(default_factory=list)
     restarted: bool = False
+    #: Earlier restart boundaries (the first positions of earlier lives, persisted by the owner: the
+    #: outbox's ``restarts``); with ``restarted``, ``first_phys`` is the last one. A window that spans
+    #: one of them is evaluated as such (:meth:`_left_span`, :meth:`_right_cut`), never as a chain that
+    #: ran on without a gap.
+    restarts: tuple[int, ...] = ()
     #: The law of the stream's first record (and of the first after a sensor restart), when the
     #: configuration declares it; None: any law (the guarantee holds for all of them).
     initial: NDArray[np.float64] | None = None
@@ -297,6 +305,9 @@ class StreamPrivatizer:
         self.next_seq = self.first_seq
         self.next_phys = self.first_phys
         self.boundary = self.first_phys if self.restarted else None
+        #: Every restart boundary known, in order (the last is ``boundary``).
+        self._bounds = sorted({b for b in self.restarts if 0 < b < self.first_phys}
+                              | ({self.first_phys} if self.restarted else set()))
         self._pending: deque[_Pending] = deque()
         #: The chains every mark is evaluated under (worst case): the plan's, and ``members``.
         self.k = self.plan.chain.k
@@ -563,9 +574,9 @@ class StreamPrivatizer:
         one released record (it stands for whatever lies beyond). A step across the restart
         boundary uses the gap kernel. The right side does not depend on the initial law."""
         k = self.k
+        rows, b = self._right_cut(rows, p)
         cut = np.vstack([rows, np.zeros((1, k))])
         kern = np.broadcast_to(c.P, (cut.shape[0], k, k)).copy()
-        b = self.boundary
         if b is not None and G != 0:
             j = b - p - 1  # outward step j goes from distance j to j + 1
             if 0 <= j < cut.shape[0]:
@@ -577,8 +588,17 @@ class StreamPrivatizer:
         restart gap G (an int, "tail" or None; no restart: G = 0). Without a restart the first
         record is physical index 0. Across a restart boundary b: for G ≥ 1 (or the tail) the step
         into b crosses the gap; for G = None the sensor restarted too, so b is a new first record,
-        what lies before it is independent of X_p, and the window is cut at b."""
-        b, m = self.boundary, rows.shape[0]
+        what lies before it is independent of X_p, and the window is cut at b. Here b is the nearest
+        restart boundary at or before p; an earlier one c inside the window (c ≥ p − m) cuts it
+        whatever G: record c stands in as released with any law (distance 0) — whatever happened at c
+        and before it (a sensor restart, any gap), the law of X_c is some law, and given X_c what lies
+        before it is independent of X_p (Markov property through any gap), so this over-states at
+        most. (The tests' evaluator takes every combination of hypotheses at every boundary.)"""
+        b, c = self._left_bounds(p)
+        m = rows.shape[0]
+        if c is not None and p - m <= c:
+            m = p - c - 1
+            rows = rows[:m]
         if b is not None and G is None and p - m < b <= p:
             m = p - b
             rows = rows[:m]
@@ -587,9 +607,9 @@ class StreamPrivatizer:
         steps = m if reaches else m + 1
         j = p - b + 1 if b is not None and G else None  # the step from p−j (before b) into b
         # the released stand-in and its distance from the latest possible start; for a mark after
-        # the boundary with its stand-in before it, 0: an earlier restart, which the core does not
-        # know, may lie right before the stand-in (a mark before the boundary keeps its distance
-        # from position 0: the core cannot tell either way there)
+        # the boundary with its stand-in before it, 0: an earlier restart may lie right before the
+        # stand-in (the owner keeps only recent ones; a mark before every known boundary keeps its
+        # distance from position 0)
         t0 = p - m - 1
         return _LeftSpan(rows, reaches, steps, j if j is not None and 1 <= j <= steps else None,
                          max(t0 - b, 0) if b is not None and p >= b else t0)
@@ -609,13 +629,38 @@ class StreamPrivatizer:
             laws = laws_at_distance(c.P, span.distance, self.initial)
         return left_pairs(kern, span.rows, laws, reaches_start=span.reaches)
 
-    def _gaps(self, lo: int, hi: int) -> list[int | None]:
-        """Restart gap lengths to evaluate for a window over physical indices [lo, hi] (including
-        the released stand-in beyond each end): G = 0 unless the window spans the restart, then
+    def _left_bounds(self, p: int) -> tuple[int | None, int | None]:
+        """The nearest restart boundary at or before p, and the one before it (None: none)."""
+        i = bisect_right(self._bounds, p)
+        return (self._bounds[i - 1] if i else None), (self._bounds[i - 2] if i >= 2 else None)
+
+    def _right_cut(self, rows: NDArray[np.float64], p: int) -> tuple[NDArray[np.float64], int | None]:
+        """The right ``rows`` of a mark at p as evaluated, and the nearest restart boundary after p
+        (its step takes the gap hypotheses). A second boundary c within reach (c ≤ p + len + 1) cuts
+        them: record c − 1 stands in as released — given X_{c−1}, what lies after it is independent
+        of X_p whatever happened at c (the right side does not depend on any law)."""
+        i = bisect_right(self._bounds, p)
+        b = self._bounds[i] if i < len(self._bounds) else None
+        if i + 1 < len(self._bounds) and self._bounds[i + 1] <= p + rows.shape[0] + 1:
+            rows = rows[:self._bounds[i + 1] - p - 2]
+        return rows, b
+
+    def _gaps(self, b: int | None, lo: int, hi: int) -> list[int | None]:
+        """Restart gap lengths to evaluate at boundary b for one side of a window over physical
+        indices [lo, hi] (its released stand-in included): G = 0 unless the side spans b, then
         G ∈ {0, …, max_gap} ∪ {None} (G = ∞, or the sensor restarted as well)."""
-        if self.boundary is None or not lo < self.boundary <= hi:
+        if b is None or not lo < b <= hi:
             return [0]
         return [*range(self._max_gap + 1), None]
+
+    def _left_gaps(self, p: int, m: int) -> list[int | None]:
+        """Gaps for the left side of a mark at p with m rows (at the nearest boundary at or before p)."""
+        return self._gaps(self._left_bounds(p)[0], p - m - 1, p)
+
+    def _right_gaps(self, p: int, m: int) -> list[int | None]:
+        """Gaps for the right side of a mark at p with m rows (at the nearest boundary after p)."""
+        i = bisect_right(self._bounds, p)
+        return self._gaps(self._bounds[i] if i < len(self._bounds) else None, p, p + m + 1)
 
     def _window_rows(self, m: Mark, committed: bool) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Left and right rows of the mark's window outward from p: decided records as used (an
@@ -646,9 +691,12 @@ class StreamPrivatizer:
             return certify(self.box, self._box_cases(p, left, right), target=self.plan.epsilon)
         worst = Leakage(0.0, 0.0, 0.0)
         for c in self._chains:
-            for G in self._gaps(p - left.shape[0] - 1, p + right.shape[0] + 1):  # stand-ins included
-                lk = combine(self._left_pairs(left, p, G, c), self._right_pairs(right, p, G, c))
-                worst = Leakage(max(worst.total, lk.total), max(worst.left, lk.left), max(worst.right, lk.right))
+            # the two sides meet different restarts (the left one's at or before p, the right
+            # one's after it), each with its own gap: per pair (a, b), the worst of each side adds
+            L = np.maximum.reduce([self._left_pairs(left, p, G, c) for G in self._left_gaps(p, left.shape[0])])
+            R = np.maximum.reduce([self._right_pairs(right, p, G, c) for G in self._right_gaps(p, right.shape[0])])
+            lk = combine(L, R)
+            worst = Leakage(max(worst.total, lk.total), max(worst.left, lk.left), max(worst.right, lk.right))
         return worst
 
     def _left_leakage(self, m: Mark) -> float:
@@ -668,20 +716,22 @@ class StreamPrivatizer:
             assert self.box is not None
             return certify(self.box, cases, key="left", target=target, give_up_above=self.plan.epsilon,
                            max_boxes=LATE_LEFT_BOXES if m.late else MAX_BOXES).left
-        G_all = self._gaps(m.phys - left.shape[0] - 1, m.phys)
+        G_all = self._left_gaps(m.phys, left.shape[0])
         return max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
 
     # -- certified figures over a box or a k-state region (streamguard.model.box_window, .rows_window)
     def _box_cases(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64] | None) -> list[WindowCase]:
         """The window's hypotheses for the box certificate, mirroring :meth:`_left_pairs` and
-        :meth:`_right_pairs`: G = 0 unless the window spans the restart, else every gap — G <
+        :meth:`_right_pairs`: per side, G = 0 unless it spans its restart, else every gap — G <
         EXPLICIT_GAPS one by one, the rest (and G = ∞) in one tail enclosure — and a sensor that
-        restarted too (None)."""
-        hi = p + (0 if right is None else right.shape[0]) + 1
-        spans = self.boundary is not None and p - left.shape[0] - 1 < self.boundary <= hi
-        gaps: list[int | str | None] = [*range(EXPLICIT_GAPS), "tail", None] if spans else [0]
-        return [WindowCase(self._box_left(left, p, G), None if right is None else self._box_right(right, p, G))
-                for G in gaps]
+        restarted too (None); the two sides meet different restarts, so every pair of hypotheses."""
+        def gaps(spans: bool) -> list[int | str | None]:
+            return [*range(EXPLICIT_GAPS), "tail", None] if spans else [0]
+
+        lefts = [self._box_left(left, p, G) for G in gaps(self._left_gaps(p, left.shape[0]) != [0])]
+        rights = [None] if right is None else [self._box_right(right, p, G)
+                                               for G in gaps(self._right_gaps(p, right.shape[0]) != [0])]
+        return [WindowCase(lc, rc) for lc in lefts for rc in rights]
 
     def _box_left(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> LeftCase:
         span = self._left_span(rows, p, G)
@@ -693,9 +743,9 @@ class StreamPrivatizer:
                         init if span.reaches else None, max(span.distance, 0))
 
     def _box_right(self, rows: NDArray[np.float64], p: int, G: int | str | None) -> RightCase:
+        rows, b = self._right_cut(rows, p)
         cut = np.vstack([rows, np.zeros((1, self.k))])
         kinds = [(1, 1)] * cut.shape[0]
-        b = self.boundary
         if b is not None and G != 0:
             j = b - p - 1
             if 0 <= j < cut.shape[0]:

@@ -134,7 +134,7 @@ class RedactionRuntime(StreamRuntime):
         return StreamPrivatizer(self.plan, source, delay=cfg.delay, max_hold=cfg.max_hold,
                                 first_seq=resume.first_seq, first_phys=resume.first_phys,
                                 decided=dict(resume.decided), open_marks=list(resume.open_marks),
-                                restarted=resume.restarted,
+                                restarted=resume.restarted, restarts=resume.restarts,
                                 initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
                                 members=self._members(),
                                 box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"

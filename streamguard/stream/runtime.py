@@ -75,6 +75,9 @@ class Resume:
     newest_ts: float | None = None
     #: The stream's latest drift event in the ledger (the alarm persists across restarts).
     drift: DriftEvent | None = None
+    #: The first positions of earlier lives still within reach of a window (the outbox's
+    #: ``restarts``; the last restart is ``first_phys``).
+    restarts: tuple[int, ...] = ()
 
 
 #: A stream's first start.
