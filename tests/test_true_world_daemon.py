@@ -37,8 +37,9 @@ import pytest
 
 from brokers import Broker
 from daemon_harness import Spy, running
-from streamguard.config import Settings
+from streamguard.config import PublishConfig, Settings
 from streamguard.stream.daemon import Daemon
+from streamguard.stream.transport import MqttTransport
 from true_world import combine_copies, transition, true_leakage, worst_over_initial
 
 BASE, DEVICE, NAME = "tw", "dev", "s"
@@ -194,6 +195,11 @@ def _settings(broker: Broker, w: World, outbox: Path) -> Settings:
 async def run_world(broker: Broker, w: World, workdir: Path) -> Outcome:
     """Run every life of ``w`` on one outbox; collect what was published and the final marks."""
     workdir.mkdir(parents=True, exist_ok=True)
+    # each world is an identity's history of its own: the previous world's retained privacy status
+    # goes (a fresh outbox under published seqs is refused, issue 28)
+    async with MqttTransport(broker.broker_config(), PublishConfig(), device=f"clear{w.seed}", status_topic="x",
+                             will=False) as t:
+        await t.publish(f"{BASE}/{DEVICE}/{NAME}/privacy", b"", retain=True)
     spy = Spy(broker.broker_config(), DATA, name=f"spy{w.seed}")
     marks: list[list[dict[str, Any]]] = []
     open_after: list[int] = []

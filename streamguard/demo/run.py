@@ -120,8 +120,9 @@ async def _subscribe(host: str, port: int, watch: Watch, ready: asyncio.Event) -
         ready.set()
         async for msg in client.messages:
             parts = msg.topic.value.split("/")
-            if parts[-1] in ("raw", "cmd"):
-                continue  # the simulator's input (raw readings, malformed on purpose); not output
+            if parts[-1] in ("raw", "cmd") or parts[2:] == ["sentinel"]:
+                continue  # the simulator's input (raw readings, malformed on purpose), and the daemon's
+                # own round-trip marker (its identity check): not output
             try:
                 body = json.loads(bytes(msg.payload))  # type: ignore[arg-type]
             except ValueError:

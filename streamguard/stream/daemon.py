@@ -1078,10 +1078,10 @@ class Daemon:
         those streams' retained privacy statuses — everything retained arrives before a sentinel
         published after the subscriptions — and raises :class:`~.outbox.InUse` naming the first
         stream whose ``next_seq`` is above 0. Every other connection waits for it; a broker that
-        is down is waited for (``reconnecting``), and a stop meanwhile publishes nothing
-        (``_identity_checked``). A sentinel that does not come back within ``SENTINEL_WAIT`` of
-        the subscriptions (an ACL without ``<base>/<device>/sentinel``) is logged and the check
-        passes on what came."""
+        is down is waited for (``reconnecting``); a stop meanwhile drains what the publisher can
+        publish once the check passed, and says ``offline`` only if it did (``_identity_checked``).
+        A sentinel that does not come back within ``SENTINEL_WAIT`` of the subscriptions (an ACL
+        without ``<base>/<device>/sentinel``) is logged and the check passes on what came."""
         names = list(self.runtimes)
         positions = await box.run(lambda b: [b.next_position(n) for n in names])
         fresh = {self.runtimes[n].privacy_topic(): n for n, p in zip(names, positions) if p == 0}
@@ -1167,12 +1167,18 @@ class Daemon:
         await _stop_tasks([writer], TASK_STOP_TIMEOUT)
         # the other daemon owns the identity: leave it alone; or the broker refuses us: no use trying
         # (or the identity check has not passed: its retained statuses may be another outbox's)
-        taken_over = isinstance(failure, InUse | ConnectRefused) or not self._identity_checked
+        taken_over = isinstance(failure, InUse | ConnectRefused)
+        # (the publisher starts once the identity check passes, also while this drain waits)
         if not taken_over and not await self._publisher.drain(self._left(deadline) - OFFLINE_RESERVE):
             log.warning("shutdown: %d sanitized records stay in the outbox for the next start",
                         await box.run(len))
         await _stop_tasks([publisher], TASK_STOP_TIMEOUT)
-        if not taken_over:
+        if failure is None and publisher.done() and not publisher.cancelled() \
+                and isinstance(publisher.exception(), InUse):
+            failure = publisher.exception()  # (the identity check refused during the stop)
+            taken_over = True
+        # (nothing under an identity whose check has not passed: its statuses may be another outbox's)
+        if not taken_over and self._identity_checked:
             try:
                 async with asyncio.timeout_at(deadline):
                     await self._say_offline()
