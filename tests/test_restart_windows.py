@@ -298,10 +298,13 @@ SWEEP_GAPS = (0, 1, 2, 3, 4, 5, 8)
 
 
 @pytest.mark.slow
-def test_random_multi_restart_family_sweep() -> None:
-    """400 binary cases, 60 over a box, 60 of 3 states (a few minutes)."""
-    counts = [sweep(range(1000, 1400), SWEEP_GAPS), sweep(range(1000, 1060), SWEEP_GAPS, box=True, max_lives=3),
-              sweep(range(1000, 1060), SWEEP_GAPS, k=3)]
-    for count in counts:
-        print(count.marks, count.late, count.honoured, count.below, count.over)
-        assert count.below == 0 and count.over == 0, "\n".join(count.problems[:20])
+@pytest.mark.parametrize("family", ["binary", "box", "3 states"])
+def test_random_multi_restart_family_sweep(family: str) -> None:
+    """400 binary cases (about 5 min; before the fix: 40 of 1,067 figures below the value, up to
+    0.591 nats, 6 honoured marks above ε), 60 over a box, 60 of 3 states (the quick gaps: every
+    combination over three boundaries costs ~9 s a mark at the sweep's)."""
+    count = {"binary": lambda: sweep(range(1000, 1400), SWEEP_GAPS),
+             "box": lambda: sweep(range(1000, 1060), SWEEP_GAPS, box=True, max_lives=3),
+             "3 states": lambda: sweep(range(1000, 1060), k=3)}[family]()
+    print(family, count.marks, count.late, count.honoured, count.below, count.over)
+    assert count.below == 0 and count.over == 0, "\n".join(count.problems[:20])
