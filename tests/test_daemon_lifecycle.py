@@ -53,8 +53,8 @@ EX_TEMPFAIL = 75
 
 
 def write_config(d: Path, port: int, *, source: str = "mqtt", outbox: str = "outbox.sqlite",
-                 client_id: str | None = None) -> Path:
-    return daemon_toml(d / f"{outbox}.toml", d / outbox, port, base=BASE, device=DEVICE, stream=STREAM,
+                 client_id: str | None = None, device: str = DEVICE) -> Path:
+    return daemon_toml(d / f"{outbox}.toml", d / outbox, port, base=BASE, device=device, stream=STREAM,
                        labels=LABELS, source=source, client_id=client_id)
 
 
@@ -117,7 +117,9 @@ def test_short_stdin_runs_always_exit(mosquitto: Broker, tmp_path: Path) -> None
     def one(i: int) -> tuple[int, float, int]:
         d = tmp_path / f"run{i}"
         d.mkdir()
-        conf = write_config(d, mosquitto.port, source="stdin")
+        # A device each: every run starts a fresh outbox, which the identity check refuses under an
+        # identity whose published history it does not hold (issue 28).
+        conf = write_config(d, mosquitto.port, source="stdin", device=f"{DEVICE}-{i}")
         t = time.monotonic()
         p = start(conf, d / "err", stdin=subprocess.PIPE)
         assert p.stdin is not None
