@@ -64,7 +64,7 @@ import stat
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +146,23 @@ CLAIM_WAIT = 1.0
 SENTINEL_WAIT = 10.0
 
 FrameSource = Callable[[], AsyncIterator[tuple[str, bytes]]]
+
+
+async def _consume_beside(consume: Coroutine[Any, Any, None], side: Coroutine[Any, Any, None], name: str) -> None:
+    """Run a session's message loop (``consume``) and a task beside it (``side``: subscribing,
+    confirming) until the loop ends; a failure of either ends both (the session is then lost and
+    ``reconnecting()`` retries), and neither outlives the call."""
+    consuming = asyncio.create_task(consume, name=f"{name}-consume")
+    siding = asyncio.create_task(side, name=f"{name}-side")
+    try:
+        await asyncio.wait([consuming, siding], return_when=asyncio.FIRST_EXCEPTION)
+        if siding.done():
+            siding.result()
+        await consuming
+    finally:
+        for task in (siding, consuming):
+            task.cancel()
+        await asyncio.gather(siding, consuming, return_exceptions=True)
 
 
 @dataclass
@@ -608,17 +625,10 @@ class Daemon:
         # intake that waited for every SUBACK first stopped reading the socket once its queue was
         # full (transport.py, Bounds) — the SUBACKs behind those messages never came, and with
         # 1,000 streams a restart never got past subscribing.
-        consuming = asyncio.create_task(self._consume_inputs(t, routes), name="input-consume")
-        subscribing = asyncio.create_task(self._subscribe_inputs(t, list(routes)), name="input-subscribe")
         try:
-            await asyncio.wait([consuming, subscribing], return_when=asyncio.FIRST_EXCEPTION)
-            if subscribing.done():
-                subscribing.result()  # (its failure ends the session: reconnecting() retries)
-            await consuming
+            await _consume_beside(self._consume_inputs(t, routes), self._subscribe_inputs(t, list(routes)),
+                                  "input")
         finally:
-            for task in (subscribing, consuming):
-                task.cancel()
-            await asyncio.gather(subscribing, consuming, return_exceptions=True)
             self.unacknowledged = t.held
             if held := t.held:  # (never acknowledged: the persistent session gets them again)
                 log.warning("%d received message(s) left unhandled; unacknowledged, so the broker delivers "
@@ -650,17 +660,9 @@ class Daemon:
         :meth:`_command_message`). When the connection ends the buttons are no longer heard
         (stream/vouch.py)."""
         sentinel = self.settings.topic("sentinel")
-        consuming = asyncio.create_task(self._consume_buttons(t, sentinel), name="buttons-consume")
-        confirming = asyncio.create_task(self._confirm_buttons(t, sentinel), name="buttons-confirm")
         try:
-            await asyncio.wait([consuming, confirming], return_when=asyncio.FIRST_EXCEPTION)
-            if confirming.done():
-                confirming.result()  # (its failure ends the session: reconnecting() retries)
-            await consuming
+            await _consume_beside(self._consume_buttons(t, sentinel), self._confirm_buttons(t, sentinel), "buttons")
         finally:
-            for task in (confirming, consuming):
-                task.cancel()
-            await asyncio.gather(confirming, consuming, return_exceptions=True)
             now = self.ingest.clock()
             for hearing in self.hearings.values():
                 hearing.lost(now)
