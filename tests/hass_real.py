@@ -59,7 +59,11 @@ logger:
 
 
 class HttpError(AssertionError):
-    """A REST call answered with an error status."""
+    """A REST call answered with an error status (``code``)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -143,7 +147,7 @@ class HomeAssistant:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 text = resp.read().decode()
         except urllib.error.HTTPError as e:
-            raise HttpError(f"{method} {path}: {e.code} {e.read()[:300]!r}") from None
+            raise HttpError(f"{method} {path}: {e.code} {e.read()[:300]!r}", e.code) from None
         return json.loads(text) if text else None
 
     async def call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
@@ -154,6 +158,16 @@ class HomeAssistant:
 
     async def state(self, entity_id: str) -> dict[str, Any]:
         return await self.call("GET", f"/api/states/{entity_id}")
+
+    async def state_if_known(self, entity_id: str) -> dict[str, Any] | None:
+        """The entity's state, or None while Home Assistant does not know the entity (404: after
+        its restart an MQTT entity exists only once its discovery config has been read again)."""
+        try:
+            return await self.state(entity_id)
+        except HttpError as e:
+            if e.code == 404:
+                return None
+            raise
 
     async def history(self, entity_ids: list[str], start: float) -> dict[str, list[dict[str, Any]]]:
         """Every recorded state of the entities since ``start`` (epoch seconds), attributes

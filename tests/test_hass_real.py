@@ -318,8 +318,8 @@ async def session_checks(ha: HomeAssistant, spy: Spy, daemon: DaemonProcess, act
     await ha.restart()
 
     async def current(role: str) -> bool:
-        s = await ha.state(ids[role])
-        return s["state"] != UNAVAILABLE and (s["attributes"].get("seq") or -1) > last[role]
+        s = await ha.state_if_known(ids[role])
+        return s is not None and s["state"] != UNAVAILABLE and (s["attributes"].get("seq") or -1) > last[role]
     await ha.until(lambda: current("hall"), 30, "the hall entity after Home Assistant's restart")
     await ha.until(lambda: _state_if(ha, ids["activity_mode"], "on"), 10, "the mode switch after the restart")
     assert (await ha.state(ids["hall_button"]))["state"] != UNAVAILABLE
@@ -329,8 +329,8 @@ async def session_checks(ha: HomeAssistant, spy: Spy, daemon: DaemonProcess, act
 
 
 async def _state_if(ha: HomeAssistant, entity_id: str, want: str) -> dict[str, Any] | None:
-    s = await ha.state(entity_id)
-    return s if s["state"] == want else None
+    s = await ha.state_if_known(entity_id)
+    return s if s is not None and s["state"] == want else None
 
 
 @pytest.mark.slow
