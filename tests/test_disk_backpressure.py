@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from brokers import Broker
 from daemon_harness import Spy, daemon_running, daemon_toml, publish_all, running, until
-from test_ops_full_disk import _fill, small_disk  # noqa: F401 - the fixture
+from test_ops_full_disk import _fill, small_disk, tmpfs  # noqa: F401 - the fixture
 
 from streamguard.config import Settings
 from streamguard.stream import disk
@@ -89,14 +89,23 @@ def stopped() -> Iterator[list[subprocess.Popen[bytes]]]:
             p.wait(10)
 
 
-def test_sigterm_on_a_full_disk_loses_no_unstored_frame(mosquitto: Broker, small_disk: Path,  # noqa: F811
+@pytest.fixture
+def roomy_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs that holds the whole run once the filler is removed: the restart stores the 1,000
+    frames the broker kept, and the WAL may grow to its checkpoint size (1,000 pages, ~4 MB) before
+    it is folded back (on 2 MB the restart itself ran out of room on a loaded machine)."""
+    with tmpfs(tmp_path / "disk", "16m") as d:
+        yield d
+
+
+def test_sigterm_on_a_full_disk_loses_no_unstored_frame(mosquitto: Broker, roomy_disk: Path,
                                                         tmp_path: Path, stopped: list[subprocess.Popen[bytes]]) -> None:
     """The issue's scenario, scaled: 200 frames stored, the disk filled, 1,000 more published,
     SIGTERM while still full. Before: exit 0, hundreds of acknowledged frames gone (the store queue
     took them all and acknowledged them). Now: exit 74 with one line naming the frames left
     unacknowledged, and after the disk is freed the next start stores every frame but the records
     held for the release delay at the stop."""
-    outbox = small_disk / "outbox.sqlite"
+    outbox = roomy_disk / "outbox.sqlite"
     conf = daemon_toml(tmp_path / "c.toml", outbox, mosquitto.port, base=BASE, device=DEVICE, stream=STREAM,
                        labels=("off", "on"))
     log = tmp_path / "daemon.log"
@@ -109,7 +118,7 @@ def test_sigterm_on_a_full_disk_loses_no_unstored_frame(mosquitto: Broker, small
     asyncio.run(publish_all(cfg, _frames(0, first, t0)))
     # every frame but those the release delay holds is stored
     _wait_for(proc, lambda: _positions(outbox) >= first - 20, 30, "the first frames")
-    filler = _fill(small_disk)
+    filler = _fill(roomy_disk)
     asyncio.run(publish_all(cfg, _frames(first, total, t0)))  # the broker takes them all (max_queued 100000)
     _wait_for(proc, lambda: "full" in log.read_text(), 20, "the full disk")
     time.sleep(2.0)

@@ -26,18 +26,25 @@ from streamguard.config import Settings
 from streamguard.stream.outbox import Outbox
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    d = tmp_path / "disk"
+@contextlib.contextmanager
+def tmpfs(d: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (mount's syntax, e.g. "2m") mounted on the new directory ``d``; skips
+    the test where it cannot be mounted."""
     d.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True).returncode:
         pytest.skip("cannot mount a tmpfs here")
     try:
         yield d
     finally:
         subprocess.run(["umount", "-l", str(d)], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    with tmpfs(tmp_path / "disk", "2m") as d:
+        yield d
 
 
 def _fill(d: Path) -> Path:
