@@ -48,6 +48,12 @@ class BrokerConfig(_Strict):
     port: int = Field(1883, ge=1, le=65535)
     tls: bool = False
     ca_file: Path | None = None
+    #: Client certificate and its private key (PEM) for brokers that authenticate clients by TLS
+    #: certificate (Mosquitto ``require_certificate true``): both or neither, with ``tls = true``.
+    #: Read at start (stream/transport.py); a file that cannot be read or a key that does not fit
+    #: the certificate is a configuration error (exit 78).
+    cert_file: Path | None = None
+    key_file: Path | None = None
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None
@@ -61,21 +67,26 @@ class BrokerConfig(_Strict):
     def _one_password(self) -> BrokerConfig:
         if self.password is not None and self.password_file is not None:
             raise ValueError("give either password or password_file, not both")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("give both cert_file and key_file (a TLS client certificate and its key), or neither")
+        if self.cert_file is not None and not self.tls:
+            raise ValueError("cert_file and key_file need tls = true")
         return self
 
     def risks(self) -> list[str]:
-        """What the operator should know about how the password is kept and sent (one line each,
-        never the secret): a password file readable by group or others; a password sent without
-        TLS to a broker that is not on this device."""
+        """What the operator should know about how the password and the TLS client key are kept
+        and sent (one line each, never the secret): a password or key file readable by group or
+        others; a password sent without TLS to a broker that is not on this device."""
         out = []
-        if self.password_file is not None:
+        for key, path in (("password_file", self.password_file), ("key_file", self.key_file)):
+            if path is None:
+                continue
             try:
-                mode = self.password_file.stat().st_mode & 0o777
+                mode = path.stat().st_mode & 0o777
             except OSError:
                 mode = 0
             if mode & 0o077:
-                out.append(f"broker.password_file {self.password_file} is readable by group or others "
-                           f"(mode {mode:o}); chmod 600 it")
+                out.append(f"broker.{key} {path} is readable by group or others (mode {mode:o}); chmod 600 it")
         if (self.password is not None or self.password_file is not None) and not self.tls \
                 and not is_loopback(self.host):
             out.append(f"broker.password is sent without TLS to {self.host}, which is not on this device; "

@@ -49,6 +49,9 @@ class Broker:
     username: str | None = None
     password: str | None = None
     ca_file: Path | None = None
+    #: The client certificate and key a broker that requires one (``mosquitto_mtls``) accepts.
+    cert_file: Path | None = None
+    key_file: Path | None = None
     #: A whole configuration (``settings`` unused), ``@PORT@`` standing for the listener's port.
     conf_text: str | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -58,10 +61,11 @@ class Broker:
         return self.workdir / "mosquitto.log"
 
     def broker_config(self, **overrides: Any) -> BrokerConfig:
-        """A :class:`BrokerConfig` for this broker (TLS with its CA, its credentials)."""
+        """A :class:`BrokerConfig` for this broker (TLS with its CA, its credentials, its client
+        certificate)."""
         values: dict[str, Any] = {"host": self.host, "port": self.port, "username": self.username,
                                   "password": self.password, "tls": self.ca_file is not None,
-                                  "ca_file": self.ca_file}
+                                  "ca_file": self.ca_file, "cert_file": self.cert_file, "key_file": self.key_file}
         return BrokerConfig(**(values | overrides))
 
     def _write_conf(self) -> Path:
@@ -170,19 +174,35 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, timeout=30, capture_output=True)
 
 
+_EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+
+
+def make_ca(d: Path, name: str = "ca") -> tuple[Path, Path]:
+    """A self-signed CA in ``d``: (certificate, key)."""
+    ca, ca_key = d / f"{name}.crt", d / f"{name}.key"
+    _openssl("req", "-x509", *_EC, "-keyout", str(ca_key), "-out", str(ca), "-days", "2",
+             "-subj", f"/CN=streamguard test {name}")
+    return ca, ca_key
+
+
+def issue_certificate(d: Path, name: str, ca: tuple[Path, Path], *, client: bool = False) -> tuple[Path, Path]:
+    """A certificate signed by ``ca`` (certificate, key): a server's for 127.0.0.1, or a client's
+    (CN ``name``). Files ``<name>.crt`` and ``<name>.key`` (0600) in ``d``."""
+    key, csr, cert, ext = (d / f"{name}{n}" for n in (".key", ".csr", ".crt", ".ext"))
+    _openssl("req", *_EC, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name if client else HOST}")
+    ext.write_text(("" if client else f"subjectAltName = IP:{HOST}\n") + "basicConstraints = CA:FALSE\n"
+                   "keyUsage = digitalSignature, keyEncipherment\n"
+                   f"extendedKeyUsage = {'clientAuth' if client else 'serverAuth'}\n")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
+             "-out", str(cert), "-days", "2", "-extfile", str(ext))
+    key.chmod(0o600)
+    return cert, key
+
+
 def _make_certificates(d: Path) -> tuple[Path, Path, Path]:
     """A self-signed CA and a server certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
-    ca_key, ca, key, csr, cert, ext = (d / n for n in ("ca.key", "ca.crt", "server.key", "server.csr",
-                                                         "server.crt", "server.ext"))
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl("req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca), "-days", "2",
-             "-subj", "/CN=streamguard test CA")
-    _openssl("req", *ec, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
-    ext.write_text("subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\n"
-                   "keyUsage = digitalSignature, keyEncipherment\nextendedKeyUsage = serverAuth\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
-             "-out", str(cert), "-days", "2", "-extfile", str(ext))
-    return ca, cert, key
+    ca = make_ca(d)
+    return ca[0], *issue_certificate(d, "server", ca)
 
 
 @pytest.fixture
@@ -192,6 +212,21 @@ def mosquitto_tls(tmp_path: Path) -> Iterator[Broker]:
     ca, cert, key = _make_certificates(tmp_path)
     yield from _run_broker(tmp_path, ["allow_anonymous true", "persistence false", f"cafile {ca}",
                                       f"certfile {cert}", f"keyfile {key}"], ca_file=ca)
+
+
+@pytest.fixture
+def mosquitto_mtls(tmp_path: Path) -> Iterator[Broker]:
+    """A TLS broker that requires a client certificate signed by its CA (``require_certificate
+    true``, Mosquitto's mutual TLS) and takes its CN as the username; ``broker.cert_file`` and
+    ``broker.key_file`` are one it accepts (CN ``streamguard``)."""
+    _require("openssl")
+    ca = make_ca(tmp_path)
+    cert, key = issue_certificate(tmp_path, "server", ca)
+    client = issue_certificate(tmp_path, "streamguard", ca, client=True)
+    yield from _run_broker(tmp_path, ["allow_anonymous false", "persistence false", f"cafile {ca[0]}",
+                                      f"certfile {cert}", f"keyfile {key}", "require_certificate true",
+                                      "use_identity_as_username true"],
+                           ca_file=ca[0], cert_file=client[0], key_file=client[1])
 
 
 #: The shipped device-broker configuration (deploy/README.md).

@@ -19,7 +19,7 @@ from streamguard import MarkovChain
 
 # The broker fixtures (a real Mosquitto on a free loopback port) for every test module; importing
 # them here instead of in each module keeps the modules free of names their parameters shadow.
-from brokers import device_and_central, mosquitto, mosquitto_auth, mosquitto_persistent, mosquitto_tls  # noqa: F401
+from brokers import device_and_central, mosquitto, mosquitto_auth, mosquitto_mtls, mosquitto_persistent, mosquitto_tls  # noqa: F401
 
 settings.register_profile(
     "streamguard",

@@ -1,6 +1,6 @@
 """deploy/streamguard.service passes ``systemd-analyze verify`` (issue 26 item 4), as shipped and with
-its ``LoadCredential=`` recipe for the broker password enabled (the two commented lines
-uncommented) — the recipe that lets the daemon read its password under ``DynamicUser=yes``. Only
+its ``LoadCredential=`` recipes for the broker password and the TLS client key enabled (their
+commented lines uncommented) — the recipes that let the daemon read them under ``DynamicUser=yes``. Only
 ``ExecStart``'s path is replaced (the shipped /opt path does not exist here). Skipped where
 ``systemd-analyze`` is not installed."""
 
@@ -16,7 +16,9 @@ import pytest
 UNIT = Path(__file__).resolve().parents[1] / "deploy" / "streamguard.service"
 ANALYZE = shutil.which("systemd-analyze")
 RECIPE = ("LoadCredential=broker-password:/etc/streamguard/broker-password",
-          "Environment=STREAMGUARD_BROKER__PASSWORD_FILE=%d/broker-password")
+          "Environment=STREAMGUARD_BROKER__PASSWORD_FILE=%d/broker-password",
+          "LoadCredential=broker-key:/etc/streamguard/broker-key.pem",
+          "Environment=STREAMGUARD_BROKER__KEY_FILE=%d/broker-key")
 
 
 def _verify(tmp_path: Path, text: str) -> str:

@@ -3,8 +3,8 @@
 :class:`Transport` is the small interface the rest of the daemon uses; :class:`MqttTransport`
 implements it on aiomqtt 2.x. Semantics:
 
-- **Connection.** ``async with transport:`` connects (TLS when configured, username and password
-  from :meth:`BrokerConfig.secret`) and disconnects cleanly on exit. The transport is reusable but
+- **Connection.** ``async with transport:`` connects (TLS when configured — with a client
+  certificate too, :func:`_tls_context` —, username and password from :meth:`BrokerConfig.secret`) and disconnects cleanly on exit. The transport is reusable but
   not re-entrant, like an aiomqtt client. Each entry uses a fresh aiomqtt client: paho keeps
   unacknowledged QoS 1 messages across reconnects and replays them on CONNACK, but
   retransmission belongs to the publisher, which resends from the durable outbox.
@@ -39,8 +39,9 @@ implements it on aiomqtt 2.x. Semantics:
 - **Reconnecting.** :func:`reconnecting` runs a session inside ``async with transport`` and
   re-enters it after a :class:`TransportError`, the pattern aiomqtt documents, waiting an
   exponential backoff with full jitter between attempts. A :class:`ConnectRefused` (wrong
-  credentials, not authorised, a TLS certificate that does not verify, TLS on one side only) is
-  permanent: retrying cannot help, so it is raised at once. A connection the broker closes before
+  credentials, not authorised, a TLS certificate that does not verify, TLS on one side only, a
+  client certificate or key that cannot be loaded or that the broker refuses — found by
+  :func:`_tls_alert`) is permanent: retrying cannot help, so it is raised at once. A connection the broker closes before
   its CONNACK fails at once (aiomqtt alone waits out ``timeout``); without TLS, such a close or a
   timeout is followed by a probe (:func:`_speaks_tls`): a listener that answers a TLS hello is a
   TLS listener, and a plain client can never connect to it (issue 28: before, 90 s+ of retries).
@@ -230,8 +231,7 @@ class MqttTransport:
         #: Published retained by the broker if the connection drops without a DISCONNECT (or None).
         offline = {"device": device, "state": "offline"} | ({} if instance is None else {"instance": instance})
         self.will = Message(status_topic, json.dumps(offline).encode(), retain=True) if will else None
-        cafile = None if broker.ca_file is None else str(broker.ca_file)
-        self._tls = ssl.create_default_context(cafile=cafile) if broker.tls else None
+        self._tls = _tls_context(broker)
         self._client: aiomqtt.Client | None = None
         self._lost: asyncio.Future[None] | None = None
         self._inbox = _Inbox(None)  # (each connection gets its own: _new_client)
@@ -333,6 +333,10 @@ class MqttTransport:
             raise
         except aiomqtt.MqttError as exc:
             error = _connect_error(b, exc)
+            if (self._tls is not None and not isinstance(error, ConnectRefused)
+                    and (isinstance(exc, _NoConnack) or isinstance(exc.__context__, ConnectionResetError))
+                    and (alert := await _tls_alert(b.host, b.port, self._tls))):
+                raise _certificate_refused(b, alert) from exc
             # a plain listener resets a TLS handshake: once may be a broker restarting, every time is
             # TLS at one end only
             self._tls_resets = self._tls_resets + 1 if b.tls and isinstance(exc.__context__, ConnectionResetError) else 0
@@ -717,6 +721,72 @@ async def _speaks_tls(host: str, port: int, timeout: float = TLS_PROBE_TIMEOUT) 
     except (OSError, asyncio.IncompleteReadError, TimeoutError):
         return False
     return head[0] in (0x15, 0x16) and head[1] == 3
+
+
+def _tls_context(b: BrokerConfig) -> ssl.SSLContext | None:
+    """The TLS context for ``b`` (None without TLS): the broker's certificate verified against
+    ``ca_file`` (else the system's CAs) and, when configured, the client certificate
+    ``cert_file`` with its key ``key_file`` (mutual TLS). A file that cannot be read, is not PEM, or
+    a key that does not match the certificate raises :class:`ConnectRefused` (one line, no key
+    material): no retry can mend it (exit 78)."""
+    if not b.tls:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=None if b.ca_file is None else str(b.ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConnectRefused(f"broker.ca_file: cannot load {b.ca_file}: {_reason(exc)}") from None
+    if b.cert_file is not None:
+        try:
+            context.load_cert_chain(str(b.cert_file), None if b.key_file is None else str(b.key_file),
+                                    password=_no_passphrase)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectRefused(f"broker.cert_file/key_file: cannot load the client certificate {b.cert_file} "
+                                 f"with its key {b.key_file}: {_reason(exc)}") from None
+    return context
+
+
+def _no_passphrase() -> str:
+    """A passphrase-protected key cannot be unlocked by a service (no one types): refuse it
+    instead of letting OpenSSL prompt on the terminal."""
+    raise ConnectRefused("broker.key_file is protected by a passphrase, which a service cannot type: "
+                         "give the key unencrypted (openssl pkey -in KEY -out KEY.pem; chmod 600)")
+
+
+def _reason(exc: OSError | ssl.SSLError) -> str:
+    """One line for a failed TLS file load: OpenSSL's reason, or an OSError's ``strerror`` (the
+    ``ssl`` module reports an unparsable file as "PEM lib", without a reason)."""
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or "not a PEM file OpenSSL can read"
+    return exc.strerror or str(exc)
+
+
+async def _tls_alert(host: str, port: int, context: ssl.SSLContext, timeout: float = TLS_PROBE_TIMEOUT) -> str | None:
+    """The client-certificate alert (OpenSSL's reason, e.g. ``TLSV13_ALERT_CERTIFICATE_REQUIRED``,
+    ``TLSV1_ALERT_UNKNOWN_CA``) the TLS listener at ``host:port`` sends after a handshake with
+    ``context``, or None. Under TLS 1.3 the broker checks the client's certificate only after
+    the client has finished its handshake: paho has sent its CONNECT by then, and the broker's
+    close can reset the connection before the alert is read (the failed connect then looks like
+    any close). This probe sends nothing after the handshake, so the alert is read intact."""
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
+            try:
+                await reader.read(1)
+            finally:
+                writer.close()
+    except ssl.SSLError as exc:
+        reason = exc.reason or ""
+        return reason if "_ALERT_" in reason and ("CERTIFICATE" in reason or "UNKNOWN_CA" in reason) else None
+    except (OSError, TimeoutError):
+        pass
+    return None
+
+
+def _certificate_refused(b: BrokerConfig, alert: str) -> ConnectRefused:
+    return ConnectRefused(
+        f"TLS to {b.host}:{b.port}: the broker refused the client certificate ({alert}); "
+        + ("it requires one: set broker.cert_file and broker.key_file" if b.cert_file is None
+           else f"check broker.cert_file {b.cert_file}: signed by a CA the broker trusts, not expired"))
 
 
 def _connect_error(b: BrokerConfig, exc: aiomqtt.MqttError) -> ConnectFailed:
