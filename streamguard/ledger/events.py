@@ -40,7 +40,7 @@ import json
 import math
 import re
 import time as _time
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._json import json_number, number_from_json
@@ -232,6 +232,8 @@ class RedactionEvent(_Event):
     ``left``/``right``/``total`` the exact leakage L(X_p → Y) of each side alone and of both
     (+inf when p itself was already published), ``honoured`` whether the mark met ``epsilon``,
     ``reason`` why not, and [lo, hi] the positions whose rows the mark set (default p alone).
+    ``last``: a run's last position — the mark makes every position p..last private and its
+    figures bound the leakage about each of them (stream/privatizer.py, ``_extend``); None: p alone.
 
     ``position`` is None when the mark names a record or step whose position the device no longer
     knows — published too long ago, or before a restart (``seq`` None too when the step had no
@@ -252,11 +254,14 @@ class RedactionEvent(_Event):
     reason: str | None = None
     lo: int | None = None
     hi: int | None = None
+    last: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.position is not None:
             _position(self.position, "position")
+        if self.last is not None and (self.position is None or _position(self.last, "last") < self.position):
+            raise EventError("last: a run's last position, at or after its position")
         if self.seq is not None:
             _position(self.seq, "seq")
         if not isinstance(self.plan, str) or not self.plan:
@@ -281,10 +286,16 @@ class RedactionEvent(_Event):
         lo = self.position if self.lo is None else self.lo
         hi = self.position if self.hi is None else self.hi
         _window(lo, hi, "rows")
-        if not lo <= self.position <= hi:
-            raise EventError("rows: must contain the position")
+        if not lo <= self.position <= hi or (self.last is not None and self.last > hi):
+            raise EventError("rows: must contain the position (and a run's last)")
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = super().to_json()
+        if self.last is None:  # (a single position: stored as before runs existed)
+            del doc["last"]
+        return doc
 
     @property
     def mark(self) -> str | None:
@@ -430,7 +441,8 @@ def event_from_json(doc: object) -> Event:
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a missing required field
-        missing = sorted(n for n in names if n not in kwargs and n != "time")
+        missing = sorted(f.name for f in fields(cls) if f.name not in kwargs and f.default is MISSING
+                         and f.default_factory is MISSING)
         raise EventError(f"{family} event: missing key {missing[0]!r}" if missing else f"{family} event: {exc}") from None
 
 
