@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from .composition import CompositionError, MqmRelease, MqmTally
 from .events import AggregateEvent, widen
@@ -52,6 +53,20 @@ class ModelHistory:
             return
         self.tally.add(release)
 
+    def state(self) -> dict[str, Any]:
+        """JSON-ready state (a summary checkpoint, ``ledger/checkpoint.py``)."""
+        t = self.tally
+        return {"mode": self.mode, "count": self.count, "error": None if self.error is None else str(self.error),
+                "tally": [t.count, sorted(t.models), t.eps_sum, t.max_hi, t.first, t.first_differs, t.timed]}
+
+    @classmethod
+    def from_state(cls, doc: dict[str, Any]) -> ModelHistory:
+        count, models, eps_sum, max_hi, first, first_differs, timed = doc["tally"]
+        tally = MqmTally(int(count), set(models), float(eps_sum), int(max_hi), None if first is None else tuple(first),
+                         first_differs, [(int(n), int(T)) for n, T in timed])
+        return cls(doc["mode"], int(doc["count"]), tally,
+                   None if doc["error"] is None else CompositionError(doc["error"]))
+
 
 @dataclass
 class AggregateHistory:
@@ -76,7 +91,24 @@ class AggregateHistory:
             self.models[ev.model] = ModelHistory(ev.mode)
         self.models[ev.model].add(ev)
 
+    def state(self) -> dict[str, Any]:
+        """JSON-ready state (a summary checkpoint, ``ledger/checkpoint.py``)."""
+        return {"count": self.count, "last_id": self.last_id, "span": self.span, "deterministic": self.deterministic,
+                "t_independent": self.t_independent, "recent": list(self.recent),
+                "models": {mid: m.state() for mid, m in self.models.items()}}
+
+    @classmethod
+    def from_state(cls, doc: dict[str, Any]) -> AggregateHistory:
+        return cls(int(doc["count"]), doc["last_id"], stored_span(doc["span"]), bool(doc["deterministic"]),
+                   bool(doc["t_independent"]), deque((tuple(r) for r in doc["recent"]), maxlen=KEEP),
+                   {mid: ModelHistory.from_state(m) for mid, m in doc["models"].items()})
+
     def calibrated(self, model: str) -> int:
         """How many releases were calibrated under ``model``."""
         entry = self.models.get(model)
         return 0 if entry is None else entry.count
+
+
+def stored_span(doc: Any) -> tuple[int, int] | None:
+    """A stored span (None, or [lo, hi])."""
+    return None if doc is None else (int(doc[0]), int(doc[1]))

@@ -61,6 +61,7 @@ from .events import (
     Event,
     Family,
     RedactionEvent,
+    event_from_json,
 )
 from .mark_history import MarkHistory
 
@@ -164,6 +165,32 @@ class StreamBook:
         else:
             self._chan.add(event)
 
+    # -- summary checkpoints (ledger/checkpoint.py) ---------------------------------------------------
+    def state(self) -> tuple[dict[str, Any], bytes]:
+        """The book's summaries, JSON-ready, and its mark table's bytes; the marks are frozen
+        (``mark_history.py``). ValueError if a mark cannot be packed."""
+        marks, table = self._marks.state()
+        return ({"aggregate": self._agg.state(), "accountants": {m: a.to_json() for m, a in self._accountants.items()},
+                 "marks": marks, "channel": self._chan.state(),
+                 "drift": None if self._drift is None else [self._drift[0], self._drift[1].to_json()]}, table)
+
+    @classmethod
+    def from_state(cls, device: str, stream: str, model_of: Callable[[str], QuiltModel], doc: dict[str, Any],
+                   table: bytes) -> StreamBook:
+        """The book :meth:`state` described (``model_of`` as for a new book). ValueError, KeyError
+        or TypeError if the state is malformed; LedgerError if it names an unknown model."""
+        book = cls(device, stream, model_of)
+        book._agg = AggregateHistory.from_state(doc["aggregate"])
+        book._accountants = {m: QuiltAccountant.from_json(a, model_of(m)) for m, a in doc["accountants"].items()}
+        book._marks = MarkHistory.from_state(doc["marks"], table)
+        book._chan = ChannelHistory.from_state(doc["channel"])
+        if doc["drift"] is not None:
+            drift = event_from_json(doc["drift"][1])
+            if not isinstance(drift, DriftEvent) or drift.key != (device, stream):
+                raise ValueError("drift: not a drift event of this stream")
+            book._drift = (int(doc["drift"][0]), drift)
+        return book
+
     # -- what the releases give ------------------------------------------------------------------
     @property
     def aggregates(self) -> AggregateHistory:
@@ -191,7 +218,7 @@ class StreamBook:
         return None if self._drift is None else self._drift[1]
 
     def families(self) -> list[Family]:
-        present = {"aggregate": self._agg.count > 0, "redaction": bool(self._marks.marks),
+        present = {"aggregate": self._agg.count > 0, "redaction": len(self._marks) > 0,
                    "channel": self._chan.count > 0}
         return [f for f in FAMILIES if present[f]]
 
@@ -204,7 +231,7 @@ class StreamBook:
     def mark_leakage(self, mark: str) -> float:
         """The worst recorded exact leakage about the mark's position (max over its events; +∞ for
         a mark whose position is unknown)."""
-        return self._marks.marks[mark].total
+        return self._marks.get(mark).total
 
     def ldp_x_max(self) -> float | None:
         """max over records of Σ ε of the ``ldp_x`` claims of the channels that released it."""
@@ -270,7 +297,7 @@ class StreamBook:
             return None  # not a release: it spends nothing
         if isinstance(event, RedactionEvent):
             name = _mark_name(event, None)
-            prior = self.mark_leakage(name) if name in self._marks.marks else 0.0
+            prior = self.mark_leakage(name) if name in self._marks else 0.0
             value = max(prior, event.total)
             return Guarantee("redaction", f"redaction:mark:{name}", value) if value > budget else None
         trial = StreamBook(self.device, self.stream, self._model_of)

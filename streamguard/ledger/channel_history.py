@@ -30,9 +30,10 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from ..runs import Runs
-from .aggregate_history import KEEP
+from .aggregate_history import KEEP, stored_span
 from .events import LDP_X, ChannelEvent, widen
 
 NO_LEAKAGE_STATED = "no channel release states an exact stream leakage"
@@ -51,6 +52,20 @@ class Coverage:
     def copy(self) -> Coverage:
         out = Coverage()
         out._starts, out._ends = list(self._starts), list(self._ends)
+        return out
+
+    def state(self) -> list[list[int]]:
+        """[starts, ends] (a summary checkpoint)."""
+        return [self._starts, self._ends]
+
+    @classmethod
+    def from_state(cls, doc: list[list[int]]) -> Coverage:
+        out = cls()
+        for lo, hi in zip(*doc, strict=True):
+            if out._ends and lo <= out._ends[-1] + 1 or hi < lo:
+                raise ValueError("coverage: ranges not ordered and disjoint")
+            out._starts.append(int(lo))
+            out._ends.append(int(hi))
         return out
 
     def meets(self, lo: int, hi: int) -> bool:
@@ -105,6 +120,28 @@ class ChannelHistory:
                               self.ldp_runs.copy(), self.ldp_peak, self.ldp_inf,
                               {k: v.copy() for k, v in self.notions.items()},
                               self.stated, set(self.pairs), self.cover.copy(), self.twice, self.leak_max)
+
+    def state(self) -> dict[str, Any]:
+        """JSON-ready state (a summary checkpoint, ``ledger/checkpoint.py``): exact sums as fractions
+        in text."""
+        return {"count": self.count, "span": self.span, "channels": sorted(self.channels), "models": sorted(self.models),
+                "recent": list(self.recent), "ldp_runs": [[s, e, str(v)] for s, e, v in self.ldp_runs.segments()],
+                "ldp_peak": None if self.ldp_peak is None else str(self.ldp_peak), "ldp_inf": self.ldp_inf,
+                "notions": {k: [v.best, v.clash, v.cover.state()] for k, v in self.notions.items()},
+                "stated": self.stated, "pairs": sorted(self.pairs, key=repr), "cover": self.cover.state(),
+                "twice": self.twice, "leak_max": self.leak_max}
+
+    @classmethod
+    def from_state(cls, doc: dict[str, Any]) -> ChannelHistory:
+        runs = Runs()
+        for s, e, v in doc["ldp_runs"]:
+            runs.append(int(s), int(e), Fraction(v))
+        return cls(int(doc["count"]), stored_span(doc["span"]), set(doc["channels"]), set(doc["models"]),
+                   deque((tuple(r) for r in doc["recent"]), KEEP), runs,
+                   None if doc["ldp_peak"] is None else Fraction(doc["ldp_peak"]), bool(doc["ldp_inf"]),
+                   {k: NotionHistory(float(b), bool(c), Coverage.from_state(cov)) for k, (b, c, cov) in doc["notions"].items()},
+                   int(doc["stated"]), {(c, m) for c, m in doc["pairs"]}, Coverage.from_state(doc["cover"]),
+                   bool(doc["twice"]), None if doc["leak_max"] is None else float(doc["leak_max"]))
 
     def add(self, ev: ChannelEvent) -> None:
         lo, hi = ev.span()

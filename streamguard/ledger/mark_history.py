@@ -15,18 +15,23 @@ incrementally instead:
   mark that reaches or passes it), how many are not honoured, and the positions they cover.
 
 The odometer then costs O(limit) per status however many marks there are. Memory stays linear in
-the marks, since the budget filter needs each mark's leakage by name: 0.73 KB per mark measured
-(``benchmarks/bench_ledger_growth.py``), against 0.87 KB when the events were kept.
+the marks, since the budget filter needs each mark's leakage by name; a mark is a
+:class:`MarkSummary` object (0.73 KB) while it is live, and a packed row of
+:class:`~streamguard.ledger.mark_table.MarkTable` (~0.08 KB) once frozen — each summary
+checkpoint freezes every mark (``ledger/checkpoint.py``; ``benchmarks/bench_ledger_growth.py``).
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._json import json_number
+from .aggregate_history import stored_span
 from .events import RedactionEvent, widen
+from .mark_table import MarkTable, packed_key
 
 
 @dataclass(slots=True)
@@ -72,40 +77,90 @@ class MarkSummary:
 
 @dataclass
 class MarkHistory:
-    """One stream's marks (module docstring), fed in ledger order with their book names."""
+    """One stream's marks (module docstring), fed in ledger order with their book names.
 
-    marks: dict[str, MarkSummary] = field(default_factory=dict)
-    order: list[tuple[tuple[tuple[int, int], int], str]] = field(default_factory=list)  # (key, name), sorted
+    The marks that changed since the last :meth:`freeze` are :class:`MarkSummary` objects
+    (``live``; one that also has a row in ``frozen`` shadows it); the others are rows of a
+    :class:`~streamguard.ledger.mark_table.MarkTable`. Both are in mark order; ``live_order``
+    lists the live marks that have no row."""
+
+    frozen: MarkTable = field(default_factory=MarkTable)
+    live: dict[str, MarkSummary] = field(default_factory=dict)
+    live_order: list[tuple[tuple[int, int], str]] = field(default_factory=list)  # (packed key, name), sorted
     worst: str | None = None
     not_honoured: int = 0
     span: tuple[int, int] | None = None
 
-    def add(self, name: str, event_id: int, ev: RedactionEvent) -> None:
-        mark = self.marks.get(name)
+    def __len__(self) -> int:
+        return len(self.frozen) + len(self.live_order)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.live or name in self.frozen
+
+    def get(self, name: str) -> MarkSummary:
+        """The mark called ``name`` (KeyError if there is none). Read it, do not change it."""
+        mark = self.live.get(name) or self.frozen.get(name)
         if mark is None:
-            mark = self.marks[name] = MarkSummary.first(event_id, ev)
-            bisect.insort(self.order, (mark.key, name))
+            raise KeyError(name)
+        return mark
+
+    def add(self, name: str, event_id: int, ev: RedactionEvent) -> None:
+        mark = self.live.get(name)
+        if mark is None:
+            mark = self.frozen.get(name)
+            if mark is not None:  # a frozen mark changes: its summary shadows the row
+                self.live[name] = mark
+        if mark is None:
+            mark = self.live[name] = MarkSummary.first(event_id, ev)
+            bisect.insort(self.live_order, (packed_key(mark.key), name))
             self.not_honoured += not mark.honoured
         else:
             honoured = mark.honoured
             mark.add(ev)
             self.not_honoured += honoured and not mark.honoured
-        if self.worst is None or self._before(name, self.worst):
+        if self.worst is None or self._before(mark, self.get(self.worst)):
             self.worst = name
         sp = ev.span()
         if sp is not None:
             self.span = widen(self.span, sp)
 
-    def _before(self, a: str, b: str) -> bool:
+    @staticmethod
+    def _before(a: MarkSummary, b: MarkSummary) -> bool:
         """Whether mark ``a`` is worse than ``b``: a larger leakage, or the same and sorted first."""
-        ma, mb = self.marks[a], self.marks[b]
-        return ma.total > mb.total or (ma.total == mb.total and ma.key < mb.key)
+        return a.total > b.total or (a.total == b.total and a.key < b.key)
+
+    def freeze(self) -> None:
+        """Move the live marks into the table (but any whose key cannot be packed)."""
+        keep = {name: m for name, m in self.live.items() if not MarkTable.packable(m)}
+        self.frozen = self.frozen.merged((name, m) for name, m in self.live.items() if name not in keep)
+        self.live = keep
+        self.live_order = sorted((packed_key(m.key), name) for name, m in keep.items())
+
+    def state(self) -> tuple[dict[str, Any], bytes]:
+        """Freeze, then the JSON-ready figures and strings and the table's bytes (a summary
+        checkpoint, ``ledger/checkpoint.py``). ValueError if a mark cannot be packed."""
+        self.freeze()
+        if self.live:
+            raise ValueError("a mark's position or seq is too large for the mark table")
+        return ({"worst": self.worst, "not_honoured": self.not_honoured, "span": self.span,
+                 "strings": self.frozen.strings}, self.frozen.to_bytes())
+
+    @classmethod
+    def from_state(cls, doc: dict[str, Any], data: bytes) -> MarkHistory:
+        out = cls(MarkTable.from_bytes(data, doc["strings"]), worst=doc["worst"], not_honoured=int(doc["not_honoured"]),
+                  span=stored_span(doc["span"]))
+        if (out.worst is None) != (len(out) == 0) or (out.worst is not None and out.worst not in out):
+            raise ValueError("marks: the worst mark is not among them")
+        return out
 
     def names(self) -> list[str]:
         """Every mark's name, in mark order."""
-        return [name for _, name in self.order]
+        return [name for _, name in heapq.merge(self.frozen.keyed(), self.live_order)]
 
     def latest(self, limit: int | None) -> list[str]:
         """The last ``limit`` marks in mark order (None: all)."""
-        rows = self.order if limit is None else self.order[max(0, len(self.order) - limit):]
-        return [name for _, name in rows]
+        if limit is None:
+            return self.names()
+        tail = heapq.merge(self.frozen.keyed(max(0, len(self.frozen) - limit)),
+                           self.live_order[max(0, len(self.live_order) - limit):])
+        return [name for _, name in list(tail)[-limit:]] if limit > 0 else []

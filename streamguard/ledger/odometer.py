@@ -133,19 +133,19 @@ def redaction_section(book: StreamBook, budget: float | None, limit: int | None)
     history = book.marks
     if history.worst is None:
         return None
-    worst = history.marks[history.worst]
+    worst = history.get(history.worst)
     eps = worst.total
-    shown = [history.marks[name].entry(name) for name in history.latest(limit)]
+    shown = [history.get(name).entry(name) for name in history.latest(limit)]
     return {
         "rule": "each private position's exact leakage; marks combine by the element-wise maximum of "
                 "their rows, a post-processing of each (notes/000 §4.5)",
         "epsilon": json_number(eps),
         **_budget(eps, budget),
-        "count": len(history.marks),
+        "count": len(history),
         "not_honoured": history.not_honoured,
         "worst": worst.entry(history.worst),
         "marks": shown,
-        "marks_truncated": len(shown) < len(history.marks),
+        "marks_truncated": len(shown) < len(history),
     }
 
 

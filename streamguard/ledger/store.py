@@ -12,7 +12,9 @@ the safe side.)
 
 **Replay.** On open, the events are replayed in ledger order into fresh books
 (:class:`~streamguard.ledger.book.StreamBook`: fresh quilt accountants, marks, channels), so a
-restart never forgets spent budget. The derived state stored with every aggregate commit — each
+restart never forgets spent budget — starting from the summary checkpoint when it matches the
+events (only the events after it are read; ``ledger/checkpoint.py``: written every
+``CHECKPOINT_EVERY`` events and at a clean close, never the record of truth). The derived state stored with every aggregate commit — each
 accountant's load segments, its ε_max and the last event it includes (notes/002 §4.8: "persist ρ
 run-lengths and the release log") — is checked against the replay: different loads or an
 ε_max below the stored one (an under-count) raise :class:`LedgerCorrupt`; the ledger does not
@@ -69,6 +71,8 @@ from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
 from ..private_files import private_file
 from .book import Guarantee, StreamBook
+from .checkpoint import CHECKPOINT_EVERY, Checkpoint, CheckpointError, decode, encode
+from .checkpoint import SCHEMA as CHECKPOINT_SCHEMA
 from .events import AggregateEvent, Event, EventError, Family, canonical, event_from_json
 
 log = logging.getLogger(__name__)
@@ -253,6 +257,7 @@ class Ledger:
         self._versions: Counter[tuple[str, str]] = Counter()  # (version: changes since opened)
         self._last_id = 0
         self._head = GENESIS
+        self._uncovered = 0  # events replayed or written that the stored checkpoint does not cover
 
     # -- opening and replay ----------------------------------------------------------------------
     @classmethod
@@ -275,7 +280,7 @@ class Ledger:
                 if mode != "wal":
                     raise sqlite3.OperationalError(f"{path}: the ledger needs WAL mode, got {mode!r}")
                 db.execute("PRAGMA synchronous=FULL")
-                db.executescript(_SCHEMA)
+                db.executescript(_SCHEMA + CHECKPOINT_SCHEMA)
                 db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             version = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
             if version is None or int(version[0]) != SCHEMA_VERSION:
@@ -288,6 +293,9 @@ class Ledger:
         return ledger
 
     def _replay(self) -> None:
+        """Load the models and budgets, then the books: from the checkpoint and the events after
+        it, or if the checkpoint cannot be used (said in one line) from every event
+        (``ledger/checkpoint.py``)."""
         for mid, text in self._db.execute("SELECT id, description FROM models"):
             desc = json.loads(text)
             try:
@@ -299,8 +307,51 @@ class Ledger:
             self._models[mid], self._descriptions[mid] = model, desc
         for (device, stream, family, budget) in self._db.execute("SELECT device, stream, family, budget FROM budgets"):
             self._budgets.setdefault((device, stream), {})[family] = budget
+        try:
+            self._replay_after(self._stored_checkpoint())
+        except (CheckpointError, LedgerCorrupt) as exc:
+            log.warning("ledger %s: checkpoint not used (%s): replaying every event", self.path, exc)
+            self._books, self._refusals, self._last_refusal = {}, {}, 0
+            self._last_id, self._head = 0, GENESIS
+            self._replay_after(None)
+        if self._uncovered >= CHECKPOINT_EVERY:
+            if self.readonly:
+                for book in self._books.values():
+                    book.marks.freeze()
+            else:
+                self._save_summaries()
+
+    def _stored_checkpoint(self) -> Checkpoint | None:
+        """The stored checkpoint if it matches the events (CheckpointError if not), None if there is none."""
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        row = None if "checkpoint" not in tables else self._db.execute(
+            "SELECT upto, head, refusals, state, marks, digest FROM checkpoint WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        try:
+            cp = decode(row, self.model)
+        except LedgerError as exc:  # (a model it names is not stored)
+            raise CheckpointError(str(exc)) from None
+        event = self._db.execute("SELECT digest FROM events WHERE id = ?", (cp.upto,)).fetchone()
+        if (event[0] if event else GENESIS if cp.upto == 0 else None) != cp.head:
+            raise CheckpointError(f"its chain head does not match event {cp.upto}")
+        return cp
+
+    def _replay_after(self, cp: Checkpoint | None) -> None:
+        """Start from ``cp`` (None: nothing), replay the events and refusals after it, and check
+        the accountants against the stored derived state."""
         head = GENESIS
-        rows = self._db.execute("SELECT id, device, stream, body, digest FROM events ORDER BY id")
+        if cp is not None:
+            self._books, self._last_id, head, self._last_refusal = cp.books, cp.upto, cp.head, cp.refusals
+            for key, (by_family, last) in cp.tallies.items():
+                row = None if last is None else self._db.execute(
+                    f"SELECT {_REFUSAL_COLUMNS} FROM refusals WHERE id = ?", (last,)).fetchone()
+                if last is not None and (row is None or last > cp.refusals):
+                    raise CheckpointError(f"refusal {last}: not stored")
+                self._refusals[key] = RefusalTally(dict(by_family), None if row is None else _refusal(row))
+        self._uncovered = 0
+        rows = self._db.execute("SELECT id, device, stream, body, digest FROM events WHERE id > ? ORDER BY id",
+                                (self._last_id,))
         for event_id, device, stream, body, digest in rows:
             if chain_digest(head, event_id, body) != digest:
                 raise LedgerCorrupt(f"event {event_id}: digest chain broken (edited or missing events)")
@@ -313,12 +364,43 @@ class Ledger:
                 raise LedgerCorrupt(f"event {event_id}: stream columns disagree with the event")
             self._book(event.key).add(event_id, event)
             self._last_id = event_id
+            self._uncovered += 1
         self._head = head
-        for row in self._db.execute(f"SELECT {_REFUSAL_COLUMNS} FROM refusals ORDER BY id"):
+        for row in self._db.execute(f"SELECT {_REFUSAL_COLUMNS} FROM refusals WHERE id > ? ORDER BY id",
+                                    (self._last_refusal,)):
             refusal = _refusal(row)
             self._refusals.setdefault(refusal.event.key, RefusalTally()).add(refusal)
             self._last_refusal = refusal.id
         self._check_derived()
+
+    def save_summaries(self) -> bool:
+        """Write a checkpoint of the books' summaries up to the latest event (module
+        ``ledger/checkpoint.py``); returns whether it was written. A failure (a full disk, a mark
+        that cannot be packed) is logged in one line and changes nothing recorded: the events
+        stay the record of truth."""
+        with self._lock:
+            self._writable()
+            return self._save_summaries()
+
+    def _save_summaries(self) -> bool:
+        tallies = {key: (list(t.by_family.items()), None if t.last is None else t.last.id)
+                   for key, t in self._refusals.items()}
+        try:
+            row = encode(Checkpoint(self._last_id, self._head, self._last_refusal, self._books, tallies))
+            with self._transaction() as db:
+                db.execute("INSERT OR REPLACE INTO checkpoint (id, upto, head, refusals, state, marks, digest) "
+                           "VALUES (1, ?, ?, ?, ?, ?, ?)", row)
+        except (sqlite3.Error, OSError, ValueError, LedgerError) as exc:
+            log.warning("ledger %s: checkpoint not written (%s); the next start replays more events", self.path, exc)
+            self._uncovered = 0  # (try again after as many events)
+            return False
+        self._uncovered = 0
+        return True
+
+    def _covered(self) -> None:
+        """After events were written (lock held): a checkpoint once enough are uncovered."""
+        if self._uncovered >= CHECKPOINT_EVERY:
+            self._save_summaries()
 
     def _check_derived(self) -> None:
         stored = {(d, s, m): (upto, json.loads(seg), eps)
@@ -347,7 +429,11 @@ class Ledger:
             raise LedgerCorrupt(f"{d}/{s}: stored accountant state for model {m} without its events")
 
     def close(self) -> None:
+        """Close the file; a writable ledger first checkpoints its summaries if events came since
+        the last checkpoint (a clean shutdown: the next start reads none of them)."""
         with self._lock:
+            if not self.readonly and self._uncovered:
+                self._save_summaries()
             self._db.close()
 
     def checkpoint(self) -> None:
@@ -479,7 +565,9 @@ class Ledger:
         is used, then stored with the events)."""
         with self._lock, self._model_for(event, model) as desc:
             self._writable()
-            return self._commit(event, desc, None)
+            event_id = self._commit(event, desc, None)
+            self._covered()
+            return event_id
 
     def admit(self, event: Event, budget: float, *, model: QuiltModel | None = None) -> int:
         """The budget filter: :meth:`commit` ``event`` if no guarantee of its family on its
@@ -493,7 +581,9 @@ class Ledger:
             self._writable()
             over = self._book(event.key).excess(event, budget)
             if over is None:
-                return self._commit(event, desc, budget)
+                event_id = self._commit(event, desc, budget)
+                self._covered()
+                return event_id
             self._refuse(event, over, budget)
         raise BudgetExceeded(event.device, event.stream, event.family, over.name,
                              math.inf if over.value is None else over.value, budget)
@@ -533,7 +623,9 @@ class Ledger:
                 return []
             with self._transaction() as db:
                 staged = [self._insert(db, ev, None, None) for ev in events]
-            return [self._applied(ev, None, None, *st) for ev, st in zip(events, staged)]
+            ids = [self._applied(ev, None, None, *st) for ev, st in zip(events, staged)]
+            self._covered()
+            return ids
 
     def _commit(self, event: Event, desc: dict[str, Any] | None, budget: float | None) -> int:
         with self._transaction() as db:
@@ -576,6 +668,7 @@ class Ledger:
         self._book(event.key).add(event_id, event, accountants)
         self._versions[event.key] += 1
         self._last_id, self._head = event_id, digest
+        self._uncovered += 1
         if budget is not None:
             self._budgets.setdefault(event.key, {})[event.family] = budget
         return event_id
