@@ -176,7 +176,7 @@ class StreamBook:
 
     @classmethod
     def from_state(cls, device: str, stream: str, model_of: Callable[[str], QuiltModel], doc: dict[str, Any],
-                   table: bytes) -> StreamBook:
+                   table: bytes | memoryview) -> StreamBook:
         """The book :meth:`state` described (``model_of`` as for a new book). ValueError, KeyError
         or TypeError if the state is malformed; LedgerError if it names an unknown model."""
         book = cls(device, stream, model_of)

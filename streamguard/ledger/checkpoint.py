@@ -108,7 +108,7 @@ def decode(row: tuple[Any, ...], model_of: Callable[[str], QuiltModel]) -> Check
     """The checkpoint of a stored row; :class:`CheckpointError` if its digest does not match its
     content or the content is malformed (its head is checked against the events by the ledger)."""
     upto, head, refusals, state_text, marks, digest = row
-    marks = bytes(marks)
+    marks = memoryview(marks)  # (each stream's table a view of it: no copy)
     if _digest(upto, head, refusals, state_text, marks) != digest:
         raise CheckpointError("its digest does not match its content (edited or damaged)")
     try:

@@ -146,7 +146,7 @@ class MarkHistory:
                  "strings": self.frozen.strings}, self.frozen.to_bytes())
 
     @classmethod
-    def from_state(cls, doc: dict[str, Any], data: bytes) -> MarkHistory:
+    def from_state(cls, doc: dict[str, Any], data: bytes | memoryview) -> MarkHistory:
         out = cls(MarkTable.from_bytes(data, doc["strings"]), worst=doc["worst"], not_honoured=int(doc["not_honoured"]),
                   span=stored_span(doc["span"]))
         if (out.worst is None) != (len(out) == 0) or (out.worst is not None and out.worst not in out):

@@ -151,12 +151,13 @@ class MarkTable:
         return self.rows.tobytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes, strings: list[str]) -> MarkTable:
-        """The table :meth:`to_bytes` wrote, with its strings. ValueError if the bytes are not
-        whole rows in mark order, or refer to a string that is not there."""
+    def from_bytes(cls, data: bytes | memoryview, strings: list[str]) -> MarkTable:
+        """The table :meth:`to_bytes` wrote, with its strings; the rows are a read-only view of
+        ``data`` (no copy: :meth:`merged` copies). ValueError if the bytes are not whole rows in
+        mark order, or refer to a string that is not there."""
         if len(data) % ROW.itemsize:
             raise ValueError("mark table: not a whole number of rows")
-        rows = np.frombuffer(data, ROW).copy()
+        rows = np.frombuffer(data, ROW)
         if len(rows):
             major, minor = rows["major"], rows["minor"]
             ascending = (major[1:] > major[:-1]) | ((major[1:] == major[:-1]) & (minor[1:] > minor[:-1]))
