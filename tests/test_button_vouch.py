@@ -15,11 +15,23 @@ from streamguard import MarkovChain
 from streamguard.ingest.mapping import Press
 from streamguard.redaction.plan_cache import cached_plan_stream
 from streamguard.sampling import bit_source
-from streamguard.stream.privatizer import StreamPrivatizer
+from streamguard.stream.privatizer import Mark, StreamPrivatizer
 from streamguard.stream.steps import StepTracker
 from streamguard.stream.vouch import LATE_PRESS, OVERDUE, SESSION_LOST, STOPPED, ButtonHearing
 
 T0 = 1_800_000_000.0  # a grid time (a multiple of PERIOD)
+
+
+def _steps(marks: list[Mark]) -> list[int]:
+    """The steps a list of marks makes private, as listed: one entry per step marked, in order.
+    Consecutive unvouched steps are one mark, a run (privatizer.coalesces), listed once per step:
+    a repeated entry names the step after the previous one, and the run covers it."""
+    out: list[int] = []
+    for i, m in enumerate(marks):
+        step = out[-1] + 1 if i and marks[i - 1] is m else m.phys
+        assert m.phys <= step <= m.last
+        out.append(step)
+    return out
 
 
 class Stream:
@@ -74,7 +86,7 @@ def test_session_not_kept_decides_the_unheard_steps_as_private() -> None:
     assert s.released == before  # held: nothing decided while the button is not heard
     assert s.core.expire(s.t + 3600) == []  # not even by max_hold
     marks = s.hearing.confirmed(False)
-    assert [m.phys for m in marks] == list(range(first, first + 4))
+    assert _steps(marks) == list(range(first, first + 4))
     assert all(m.source == "unvouched" and m.reason == SESSION_LOST and not m.late and m.honoured for m in marks)
     rows = s.finish()
     for p in range(first, first + 4):
@@ -104,10 +116,10 @@ def test_hold_runs_out_after_delay_steps_then_every_unheard_step_is_marked() -> 
     for _ in range(delay):
         assert s.step() == []
     marks = s.step()  # one more than the delay
-    assert [m.phys for m in marks] == list(range(first, first + delay + 1))
+    assert _steps(marks) == list(range(first, first + delay + 1))
     assert all(m.reason == OVERDUE and m.honoured and not m.late for m in marks)
     [m] = s.step()  # marked as it is taken
-    assert m.phys == first + delay + 1 and m.source == "unvouched" and m.honoured
+    assert (m.phys, m.last) == (first, first + delay + 1) and m.source == "unvouched" and m.honoured  # the run grew
     assert s.hearing.confirmed(True) == []  # heard again: no more marks
     assert s.step() == []
     rows = s.finish()
@@ -137,7 +149,7 @@ def test_hold_runs_out_after_max_hold_seconds() -> None:
     assert s.step() == [] and s.step() == []  # 1.0 s after the loss
     assert s.hearing.expire(s.t + 0.1) == []
     marks = s.hearing.expire(s.t + 0.2)  # 1.2 s after the loss
-    assert [m.phys for m in marks] == [first, first + 1] and all(m.reason == OVERDUE for m in marks)
+    assert _steps(marks) == [first, first + 1] and all(m.reason == OVERDUE for m in marks)
     assert not s.core.held
 
 
@@ -149,7 +161,7 @@ def test_a_press_without_time_received_while_unheard_marks_every_unheard_step() 
         s.step()
     placed, marks = s.hearing.press(Press())
     assert not placed  # the caller also marks the next tick, like any press
-    assert [m.phys for m in marks] == [first, first + 1, first + 2] and all(m.reason == LATE_PRESS for m in marks)
+    assert _steps(marks) == [first, first + 1, first + 2] and all(m.reason == LATE_PRESS for m in marks)
     assert s.hearing.confirmed(True) == []  # vouched: nothing more to mark
     placed, marks = s.hearing.press(Press())  # heard: an ordinary press
     assert not placed and marks == []
@@ -180,7 +192,7 @@ def test_a_stop_while_unheard_decides_the_unheard_steps_as_private() -> None:
     s.step()
     s.step()
     marks = s.hearing.close()
-    assert [m.phys for m in marks] == [first, first + 1] and all(m.reason == STOPPED for m in marks)
+    assert _steps(marks) == [first, first + 1] and all(m.reason == STOPPED for m in marks)
     assert not s.core.held
 
 
@@ -192,7 +204,7 @@ def test_steps_before_the_first_confirmation_are_unheard() -> None:
     s.step()
     assert s.released == 0 and s.core.held
     marks = s.hearing.confirmed(False)
-    assert [m.phys for m in marks] == [0, 1] and all(m.reason == SESSION_LOST for m in marks)
+    assert _steps(marks) == [0, 1] and all(m.reason == SESSION_LOST for m in marks)
 
 
 @pytest.mark.parametrize("kept", [True, False])

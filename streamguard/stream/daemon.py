@@ -784,7 +784,7 @@ class Daemon:
         if unvouched and self._unvouched_said.get(stream, "") != unvouched[-1].reason:
             self._unvouched_said[stream] = unvouched[-1].reason
             log.warning("stream %s: %d step(s) at positions %d–%d decided as private: %s", stream, len(unvouched),
-                        min(m.phys for m in unvouched), max(m.phys for m in unvouched), unvouched[-1].reason)
+                        min(m.phys for m in unvouched), max(m.last for m in unvouched), unvouched[-1].reason)
 
     async def _ingest_message(self, msg: Message) -> None:
         """A message on a mapped sensor's topic: it updates the resamplers, or is a step of a
@@ -955,10 +955,8 @@ class Daemon:
             now = time.time()
             for name, hearing in self.hearings.items():
                 await self._unvouched(name, hearing.expire(self.ingest.clock()))
-            for rt in self.runtimes.values():
-                released = rt.tick(now)
-                if released:
-                    await self._store(rt, released)
+            for rt in self.runtimes.values():  # (a tick may decide steps without a release: skip_run)
+                await self._store(rt, rt.tick(now))
 
     async def _feed(self, source: FrameSource) -> None:
         """Handle a source's frames; while stores fail (a full disk) read no more (stdin's writer

@@ -70,6 +70,9 @@ from ..sampling import REDACTED, BitSource, apply_redaction, thresholds
 #: "unvouched": a step whose privacy button the daemon could not hear, decided as private (stream/vouch.py).
 #: "mode": a step made while the stream's privacy mode is on (stream/privacy_mode.py).
 MARK_SOURCES = ("flag", "command", "schedule", "unvouched", "mode")
+#: Sources of private steps that come in bursts and coalesce into runs (with the steps that have no
+#: seq: rejected frames, missing readings), see :func:`coalesces`.
+RUN_SOURCES = ("unvouched", "mode")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
 #: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a
@@ -88,6 +91,14 @@ def mixing_gap(chain: MarkovChain) -> int:
     if rho >= 1.0:
         return MAX_GAP
     return 0 if rho == 0 else min(MAX_GAP, math.ceil(math.log(1e-17) / math.log(rho)))
+
+
+def coalesces(seq: int | None, source: str) -> bool:
+    """Does a private step join the run ending right before it (:meth:`StreamPrivatizer._extend`)?
+    Steps without a seq (a rejected frame, a missing reading) and unvouched or privacy-mode steps
+    do: they come in bursts (10⁵ malformed frames, an outage, an evening in privacy mode). A flag,
+    command or schedule on a record stays a mark of its own."""
+    return seq is None or source in RUN_SOURCES
 
 
 class Release(NamedTuple):
@@ -126,6 +137,14 @@ class Mark:
     left_reach: int = 0
     #: The frame's timestamp (None: a frame whose timestamp could not be read).
     ts: float | None = None
+    #: A run's last position (None: the mark is the single position ``phys``). A run of consecutive
+    #: private steps taken one after another (rejected frames, unvouched and privacy-mode steps:
+    #: :func:`coalesces`) is one mark: every position phys..through is redacted surely, ``left`` is
+    #: applied outward from ``phys`` and ``right`` outward from ``through`` (StreamPrivatizer._extend).
+    through: int | None = None
+    #: A run's left figure once every row left of ``phys`` is decided (exact and final then; kept
+    #: because a long run outlives the core's memory of those rows).
+    run_left: float | None = None
     #: The figure reported now: the exact leakage of the rows used plus the rows committed for the
     #: window's undecided records (worst case over initial laws and restart gaps). Every record's
     #: final row is at least its committed row, so this never under-states; once the window is
@@ -133,17 +152,21 @@ class Mark:
     leakage: Leakage | None = None
 
     @property
+    def last(self) -> int:
+        """The last private position of the mark (``phys`` unless it is a run)."""
+        return self.phys if self.through is None else self.through
+
+    @property
     def right_end(self) -> int:
-        return self.phys + self.right.shape[0]
+        return self.last + self.right.shape[0]
 
     def row_at(self, t: int) -> NDArray[np.float64] | None:
-        d = t - self.phys
-        if d == 0:
+        if self.phys <= t <= self.last:
             return np.ones(self.right.shape[1])
-        if 0 < d <= self.right.shape[0]:
-            return self.right[d - 1]
-        if 0 < -d <= self.left.shape[0]:
-            return self.left[-d - 1]
+        if 0 < t - self.last <= self.right.shape[0]:
+            return self.right[t - self.last - 1]
+        if 0 < self.phys - t <= self.left.shape[0]:
+            return self.left[self.phys - t - 1]
         return None
 
     def report(self) -> dict[str, Any]:
@@ -160,6 +183,7 @@ class Mark:
             "right_budget": json_number(self.right_budget),
             "leakage": _leakage_json(self.leakage),
             "achieved": _leakage_json(self.achieved),
+            **({} if self.through is None else {"last": self.through}),
         }
 
     def state(self) -> dict[str, Any]:
@@ -167,7 +191,7 @@ class Mark:
         return {"seq": self.seq, "phys": self.phys, "source": self.source, "late": self.late,
                 "honoured": self.honoured, "reason": self.reason, "left_leakage": self.left_leakage,
                 "right_budget": self.right_budget, "right_len": int(self.right.shape[0]),
-                "left_reach": self.left_reach, "ts": self.ts}
+                "left_reach": self.left_reach, "ts": self.ts, **({} if self.through is None else {"through": self.through, "run_left": self.run_left})}
 
     @classmethod
     def from_state(cls, s: dict[str, Any], k: int = 2) -> Mark:
@@ -176,7 +200,9 @@ class Mark:
         return cls(None if s["seq"] is None else int(s["seq"]), int(s["phys"]), str(s["source"]), np.zeros((0, k)),
                    np.ones((int(s["right_len"]), k)), late=bool(s["late"]), honoured=bool(s["honoured"]),
                    reason=s["reason"], left_leakage=s["left_leakage"], right_budget=s["right_budget"],
-                   left_reach=int(s["left_reach"]), ts=s.get("ts"))
+                   left_reach=int(s["left_reach"]), ts=s.get("ts"),
+                   through=None if s.get("through") is None else int(s["through"]),
+                   run_left=None if s.get("run_left") is None else float(s["run_left"]))
 
 
 def _leakage_json(v: Leakage | None) -> dict[str, Any] | None:
@@ -338,6 +364,9 @@ class StreamPrivatizer:
         self.last_decisions: deque[tuple[float, ...]] = deque(maxlen=self._keep)
         #: Marks created or finished since the owner last took them (to persist and report).
         self.mark_events: deque[Mark] = deque(maxlen=self._keep)
+        #: Runs that grew since the owner last took them, with an unchanged figure (to persist
+        #: only: their stored ``through`` must follow, the ledger already holds their figure).
+        self.run_updates: deque[Mark] = deque(maxlen=self._keep)
         self._max_gap = max(mixing_gap(c.chain) for c in self._chains)
         if self.box is not None and self.k != 2:
             raise ValueError("a box of chains is a binary model set")
@@ -372,6 +401,41 @@ class StreamPrivatizer:
         if private:
             self._mark_at(None, self.next_phys - 1, "flag")
         return [] if defer else self._decide_due()
+
+    def open_run(self) -> Mark | None:
+        """The open run that :meth:`skip_run` would extend: it ends at the newest step and every
+        undecided step lies in it (None: there is none, or the core is held)."""
+        if self.held:
+            return None
+        oldest = self._pending[0].phys if self._pending else self.next_phys
+        return next((m for m in reversed(self._marks) if m.last == self.next_phys - 1 and coalesces(m.seq, m.source)
+                     and (self.boundary or 0) <= m.phys <= oldest), None)
+
+    def skip_run(self, n: int, *, now: float) -> list[Release]:
+        """``n`` more private steps with neither seq nor time (rejected frames taken in bulk, issue
+        28) right after :meth:`open_run`, in O(min(n, memory)) whatever n. Every undecided step
+        lies in the run, so deciding them now instead of after ``delay`` changes no outcome (each
+        is redacted surely, its row is all ones, and no mark can raise a row above that); the new
+        steps join the run and are decided at once (rows of ones, of which the core — and its
+        owner — keep only the last ``memory``: older ones count as released if a window ever
+        reaches them, which only over-states). A mark on the next record finds its left
+        neighbours decided and is evaluated as a late one (exact rows used). Without an open run
+        the steps are taken one by one (:meth:`skip`)."""
+        run = self.open_run()
+        releases = [] if run is None else self._decide(len(self._pending))  # (none: all in the run)
+        if run is None or not self.is_open(run):  # (a run without right rows ends once decided)
+            for _ in range(n):
+                releases += self.skip(now=now, private=True)
+            return releases
+        first, self.next_phys = self.next_phys, self.next_phys + n
+        self._extend(run, self.next_phys - 1)
+        ones = (1.0,) * self.k
+        for t in range(max(first, self.next_phys - self._keep), self.next_phys):
+            self._rows[t] = ones
+            self.last_decisions.append((t, *ones))
+        while len(self._rows) > self._keep:
+            self._rows.popitem(last=False)
+        return releases
 
     def _push(self, seq: int | None, state: int, ts: float, now: float) -> None:
         self._pending.append(_Pending(self.next_phys, seq, state, ts, float(now)))
@@ -465,6 +529,10 @@ class StreamPrivatizer:
         seq = next((s for s, q in self._phys_of_seq.items() if q == p), None)
         return self._mark_at(seq, p, source)
 
+    def covering(self, p: int) -> Mark | None:
+        """The mark that makes step p private, if any (open, or among the finished ones kept)."""
+        return next((m for m in (*self._marks, *self.finished) if m.phys <= p <= m.last), None)
+
     def _mark_at(self, s: int | None, p: int, source: str) -> Mark:
         """Mark physical step p (seq ``s``, None for a rejected frame) private.
 
@@ -474,11 +542,19 @@ class StreamPrivatizer:
         already took more than the plan's share, and full redaction when nothing is left (then the
         mark is not honoured, and still protects what it can). The mark's figure is the exact
         leakage of these rows (:meth:`_committed`)."""
-        for m in (*self._marks, *self.finished):
-            if m.phys == p:
-                return m  # already marked: a repeated flag or command changes nothing (and writes nothing)
-        ts = self._ts_of.get(p)
         oldest_pending = self._pending[0].phys if self._pending else self.next_phys
+        for m in self._marks:
+            if m.phys <= p <= m.last:
+                return m  # already marked: a repeated flag or command changes nothing (and writes nothing)
+        if coalesces(s, source) and p >= oldest_pending:  # (p and every step after it undecided)
+            run = next((m for m in reversed(self._marks) if m.last == p - 1 and coalesces(m.seq, m.source)
+                        and m.phys >= (self.boundary or 0)), None)
+            if run is not None:
+                return self._extend(run, p)
+        for m in self.finished:
+            if m.phys <= p <= m.last:
+                return m
+        ts = self._ts_of.get(p)
         H, Hr = self.plan.left_horizon, self.plan.right_horizon
         eps = self.plan.epsilon
         if p < oldest_pending:
@@ -527,6 +603,33 @@ class StreamPrivatizer:
         elif budget < self.plan.right.budget * (1 - 1e-12):
             mark.right = self.plan.right_rows(budget)
         return self._add(self._settle(mark))
+
+    def _extend(self, run: Mark, p: int) -> Mark:
+        """Private step p, undecided, right after the open run ``run`` (same life) joins it: the
+        run's right rows move on to start after p, and p is redacted surely. Its left rows and
+        their figure do not change; every position it moves the right rows over is undecided, so
+        no decision is taken back.
+
+        Accounting (docs/hostile-input.md): for a private X_p, p in [a, b] = [run.phys, p], the
+        outputs left of a and right of b are independent given X_p (the outputs between are ⊥),
+        and by the Markov property Pr(y_left | X_p) is a mixture over X_a of Pr(y_left | X_a), and
+        Pr(y_right | X_p) one over X_b of Pr(y_right | X_b). A mixture's likelihood ratio is at
+        most the largest ratio of its components, so the leakage about every X_p of the run is at
+        most L_a + R_b — the left leakage of the rows at a and the right leakage of those at b,
+        each worst case over initial laws, restart gaps and chains (:meth:`_figure`). That sum is
+        the run's figure, never below any of its positions' exact leakage; each side is within
+        its budget as planned, so an honoured mark stays honoured. It changes only when the
+        single mark becomes a run (one ledger event then, and one when the run ends); later steps
+        only move ``through``, which the owner stores with the decisions (``run_updates``) so a
+        restart restores the whole run."""
+        became_run = run.through is None
+        run.through = p
+        if became_run:
+            self._settle(run)
+            self.mark_events.append(run)
+        elif not self.run_updates or self.run_updates[-1] is not run:
+            self.run_updates.append(run)
+        return run
 
     def fail_closed(self, reason: str) -> None:
         """From now on every mark's undecided window is fully redacted and the mark is reported as
@@ -674,7 +777,7 @@ class StreamPrivatizer:
             return (1.0,) * self.k if d > own.shape[0] else tuple(float(v) for v in own[d - 1])
 
         left = np.array([row(m.phys - d, d, m.left) for d in range(1, H + 1)]).reshape(-1, self.k)
-        right = np.array([row(m.phys + d, d, m.right) for d in range(1, m.right.shape[0] + 1)]).reshape(-1, self.k)
+        right = np.array([row(m.last + d, d, m.right) for d in range(1, m.right.shape[0] + 1)]).reshape(-1, self.k)
         return left, right
 
     def _is_pending(self, t: int) -> bool:
@@ -754,11 +857,23 @@ class StreamPrivatizer:
 
     def _committed(self, m: Mark) -> Leakage:
         """The mark's figure now: rows used, and committed rows for its undecided records."""
-        return self._evaluate(m.phys, *self._window_rows(m, committed=True))
+        return self._figure(m, committed=True)
 
     def _achieved(self, m: Mark) -> Leakage:
         """Exact leakage of the rows used in the mark's window (every record decided)."""
-        return self._evaluate(m.phys, *self._window_rows(m, committed=False))
+        return self._figure(m, committed=False)
+
+    def _figure(self, m: Mark, committed: bool) -> Leakage:
+        """A single mark's exact leakage; for a run [a, b] the bound L_a + R_b on every one of its
+        positions' leakage (:meth:`_extend`): the left figure of its left rows evaluated at a, the
+        right figure of its right rows evaluated at b (the other side of each evaluation, and its
+        total, are not used)."""
+        left, right = self._window_rows(m, committed)
+        if m.through is None:
+            return self._evaluate(m.phys, left, right)
+        L = self._evaluate(m.phys, left, right).left if m.run_left is None else m.run_left
+        R = self._evaluate(m.last, np.ones((1, self.k)), right).right
+        return Leakage(L + R, L, R)
 
     # -- decisions ----------------------------------------------------------------------------
     def _rows_of(self, lo: int, count: int) -> NDArray[np.float64]:
@@ -768,15 +883,16 @@ class StreamPrivatizer:
         rows = np.zeros((count, self.k))
         hi = lo + count
         for m in self._marks:
-            p = m.phys
-            a, b = max(lo, p + 1), min(hi, p + m.right.shape[0] + 1)  # right: t − p = 1..len(right)
+            p, q = m.phys, m.last
+            a, b = max(lo, q + 1), min(hi, q + m.right.shape[0] + 1)  # right: t − q = 1..len(right)
             if a < b:
-                np.maximum(rows[a - lo:b - lo], m.right[a - p - 1:b - p - 1], out=rows[a - lo:b - lo])
+                np.maximum(rows[a - lo:b - lo], m.right[a - q - 1:b - q - 1], out=rows[a - lo:b - lo])
             a, b = max(lo, p - m.left.shape[0]), min(hi, p)  # left: p − t = 1..len(left), reversed
             if a < b:
                 np.maximum(rows[a - lo:b - lo], m.left[p - b:p - a][::-1], out=rows[a - lo:b - lo])
-            if lo <= p < hi:
-                rows[p - lo] = 1.0
+            a, b = max(lo, p), min(hi, q + 1)  # the private positions p..q
+            if a < b:
+                rows[a - lo:b - lo] = 1.0
         return rows
 
     def _decide(self, count: int) -> list[Release]:
@@ -852,6 +968,9 @@ class StreamPrivatizer:
         decided_upto = self._pending[0].phys if self._pending else self.next_phys
         still = []
         for m in self._marks:
+            if m.through is not None and m.run_left is None and m.phys <= decided_upto:
+                left, right = self._window_rows(m, committed=False)  # (every row left of phys is decided)
+                m.run_left = self._evaluate(m.phys, left, right).left
             if m.right_end >= decided_upto:
                 still.append(m)
                 continue

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import logging
+import math
+import time
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -28,9 +29,9 @@ from ..quilt.release import AggregateRelease
 from . import privacy_mode
 from .privatizer import Mark, Release, StreamPrivatizer
 from .records import Element, Rejection
-from .steps import StepTracker
+from .steps import Step, StepTracker
 
-from .runtime import FRESH, Resume, StreamRuntime
+from .runtime import FRESH, Resume, StreamRuntime, _is_power_of_ten
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,12 @@ log = logging.getLogger(__name__)
 #: period add positions to a call; a row no longer in memory then counts as released in a mark's
 #: exact evaluation — privatizer._window_rows — which can only overstate its leakage.)
 DECIDE_EVERY = 64
+#: Rejected frames a stream takes one by one, per second (and at once): beyond it, a rejected
+#: frame that is private and has no time — a step of the run of private steps that a burst of
+#: malformed frames is (privatizer.coalesces) — is only counted, and the steps counted are taken
+#: in bulk at the stream's next tick or frame (privatizer.skip_run: O(memory) however many).
+#: A burst then costs per frame its parse and a counter (issue 28; README "Hostile input").
+HOSTILE_PER_SECOND = 200.0
 #: Finished marks listed in the privacy status (``recent_marks``): the latest ones, oldest first.
 RECENT_MARKS = 50
 #: Redaction rows whose text :meth:`RedactionRuntime.payload` keeps.
@@ -127,6 +134,12 @@ class RedactionRuntime(StreamRuntime):
         #: The text of recent redaction rows (most records carry one of a few: all zero, or the rows
         #: of an open mark's window).
         self._row_text: dict[tuple[float, ...], str] = {}
+        #: Rejected frames taken one by one may still be taken this second (a token bucket of
+        #: HOSTILE_PER_SECOND), as of ``_tokens_at``; and the private steps counted beyond it, not
+        #: yet taken (:meth:`_take_owed`), with how many were counted so since the start.
+        self._tokens, self._tokens_at = HOSTILE_PER_SECOND, -math.inf
+        self._owed = 0
+        self.bulk_steps = 0
 
     def _new_core(self, source: BitSource, resume: Resume = FRESH) -> StreamPrivatizer:
         """A privatizer core with this stream's plan and settings, continuing at ``resume``."""
@@ -206,13 +219,16 @@ class RedactionRuntime(StreamRuntime):
         daemon's clock — lies within ``schedule_guard`` of a schedule window (fail closed)."""
         rec, step = self._intake(data, now)
         rejection = rec if isinstance(rec, Rejection) else None
+        if rejection is not None and self._over_rate(rejection, step, now):
+            self._owed += 1  # (a step of the open run: taken in bulk before anything that follows it)
+            return [], rejection
+        releases = self._take_owed(now)  # (the steps counted before this frame come first)
         if not step.new:  # a redelivery, or a late frame: no step of its own
             if rec.private and step.repeat is not None:
                 self.core.mark_position(step.repeat, source="flag")
             elif rec.private:  # older than the memory: nothing left to protect, and it is said
                 self.core.mark_lost(source="flag", ts=rec.ts)
-            return [], rejection
-        releases: list[Release] = []
+            return self._count(releases), rejection
         mode = self.privacy_mode  # every step is private while it is on (stream/privacy_mode.py)
         for missing in step.missing:  # readings that never arrived still occupy their steps
             releases += self.core.skip(now=now, ts=missing, private=mode or self._scheduled(missing, guard=True),
@@ -235,6 +251,32 @@ class RedactionRuntime(StreamRuntime):
         # still charged); a mark that comes later cannot take back a reading already counted
         self._observe(self.core.next_phys - 1, None if rec.private or scheduled else rec.state, rec.ts)
         return self._count(releases + accepted), None
+
+    def _over_rate(self, rec: Rejection, step: Step, now: float) -> bool:
+        """Is this rejected frame one to count only (HOSTILE_PER_SECOND)? Only a new step with no
+        time and no missing slot before it, private, right after an open run in which every
+        undecided step lies (privatizer.open_run), of a stream without aggregate windows (they
+        observe each step), and only once the bucket is empty."""
+        self._tokens = min(HOSTILE_PER_SECOND, self._tokens + (now - self._tokens_at) * HOSTILE_PER_SECOND)
+        self._tokens_at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return False
+        if not (step.new and not step.missing and rec.ts is None and self.aggregates is None and not self._defer):
+            return False
+        private = rec.private or self.privacy_mode or self._scheduled(now if self.wall_clock else None, guard=True)
+        if not private or (self._owed == 0 and self.core.open_run() is None):
+            return False
+        self.bulk_steps += 1
+        if _is_power_of_ten(self.bulk_steps):
+            log.warning("stream %s: more than %g rejected frames a second: further ones are counted and taken "
+                        "in bulk as private steps [%d so far]", self.name, HOSTILE_PER_SECOND, self.bulk_steps)
+        return True
+
+    def _take_owed(self, now: float) -> list[Release]:
+        """Take the private steps counted beyond the rate (privatizer.skip_run), before anything else."""
+        n, self._owed = self._owed, 0
+        return self.core.skip_run(n, now=now) if n else []
 
     def on_command(self, data: bytes) -> Rejection | None:
         """Apply ``{"private": <seq>}``, ``{"private": "now"}`` or ``{"privacy_mode": "on"|"off"}``
@@ -268,12 +310,12 @@ class RedactionRuntime(StreamRuntime):
         return None
 
     def tick(self, now: float) -> list[Release]:
-        """Decide records held longer than max_hold."""
-        return self._count(self.core.expire(now))
+        """Take the private steps counted beyond the rate; decide records held longer than max_hold."""
+        return self._count(self._take_owed(now) + self.core.expire(now))
 
     def drain(self) -> list[Release]:
         self._flush_aggregates()
-        return self._count(self.core.drain())
+        return self._count(self._take_owed(time.time()) + self.core.drain())
 
     def _count(self, releases: list[Release]) -> list[Release]:
         for r in releases:
@@ -340,10 +382,11 @@ class RedactionRuntime(StreamRuntime):
         return rows
 
     def mark_records(self) -> dict[int, dict[str, Any]]:
-        """Marks created or finished since the last call, by seq, as stored in the outbox:
-        ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``.
+        """Marks created or finished since the last call, and runs that grew, by seq, as stored in
+        the outbox: ``{"open": bool, "state": Mark.state(), "report": Mark.report()}``.
 
-        Every such mark, honoured or not, also becomes one ledger event with its current figures
+        Every such mark but a run that only grew (its figure does not change: privatizer._extend),
+        honoured or not, also becomes one ledger event with its current figures
         (:meth:`take_ledger_events`; a mark on a record published too long ago too, by its seq).
         Each mark that is not honoured is logged as one WARNING when it becomes so — at its
         creation, or when the exact check at its end fails — naming the stream, the seq, the
@@ -354,6 +397,9 @@ class RedactionRuntime(StreamRuntime):
                 marks.append(m)
         self._mark_events = []
         self.core.mark_events.clear()
+        # runs that only grew (privatizer._extend): their stored state follows, no ledger event
+        grown = [m for m in self.core.run_updates if not any(m is k for k in marks)]
+        self.core.run_updates.clear()
         for m in marks:
             is_open, warned = self.core.is_open(m), any(m is w for w in self._warned_open)
             if not m.honoured and not warned:
@@ -370,7 +416,7 @@ class RedactionRuntime(StreamRuntime):
         # the privatizer's memory) is never open, has nothing to restore, and no key of its own
         return {m.seq if m.seq is not None else -(m.phys + 1):
                 {"open": self.core.is_open(m), "state": m.state(), "report": m.report()}
-                for m in marks if m.seq is not None or m.phys >= 0}
+                for m in (*marks, *grown) if m.seq is not None or m.phys >= 0}
 
     def _mark_event(self, m: Mark) -> RedactionEvent:
         """The ledger's record of a mark, with the privatizer's figure (``Mark.leakage``): the exact
@@ -385,7 +431,7 @@ class RedactionRuntime(StreamRuntime):
                               left=m.leakage.left, right=m.leakage.right, total=m.leakage.total,
                               honoured=m.honoured, reason=m.reason,
                               lo=max(0, m.phys - m.left.shape[0]) if known else None,
-                              hi=m.right_end if known else None)
+                              hi=m.right_end if known else None, last=m.through)
 
     def _plan_name(self) -> str:
         """The plan as the ledger names it (with the model set's id when the plan is robust over one)."""
