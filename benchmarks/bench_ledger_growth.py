@@ -5,7 +5,9 @@ A ledger file is filled with the history of one stream of one family — tumblin
 records (``commit_all``, 500 at a time) — at several sizes. For each size, side by side:
 
 - **replay**: ``Ledger.open`` of the file in a fresh interpreter: seconds and the RSS it adds, and
-  the RSS each further event adds between two sizes (docs/implementation.md, "Growth");
+  the RSS each further event adds between two sizes (docs/implementation.md, "Growth"); the file
+  holds the summary checkpoint its close wrote, so this is a start from it
+  (``ledger/checkpoint.py``; a full replay beside it: ``bench_ledger_startup.py``);
 - **odometer rebuild**: :func:`~streamguard.ledger.odometer.odometer` built after a new event, as
   the daemon's status cache does (CPU seconds, median of repetitions);
 - **admission**: the budget filter's check of the next release (``StreamBook.excess``);
@@ -14,7 +16,7 @@ records (``commit_all``, 500 at a time) — at several sizes. For each size, sid
 Targets (no figure in an issue): a cached status ≤ 0.05 ms at every size; a rebuild and an
 admission ≤ 1 ms at every size, since the book keeps summaries instead of the events (before them:
 283 ms to rebuild at 30,000 windows, 233 ms at 30,000 marks, 7.4 s per admission at 8,000
-channel ranges). The replay still reads every event, and each mark keeps a small summary.
+channel ranges). Each mark keeps a small summary (a packed row once checkpointed).
 
 Outputs in ``--out``: ``bench_ledger_growth.md`` and ``.json`` (``_quick`` with ``--quick``).
 """
@@ -160,8 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"One stream; aggregates: tumbling windows of {WINDOW} positions admitted one by one; channels: ranges of "
         f"{CHANNEL_RANGE:,} records and redaction marks, committed 500 at a time. Replay: `Ledger.open` in a fresh "
         f"interpreter. Rebuild, admission and cached: CPU time, median of {reps}, odometer limit {LIMIT} (the "
-        "daemon's). The replay reads every event, so it grows with the history, and each redaction mark keeps a small "
-        "summary (docs/implementation.md, \"Growth\").", table]) + "\n"
+        "daemon's). The replay starts from the summary checkpoint the close wrote (ledger/checkpoint.py), and each "
+        "redaction mark keeps a small summary, a packed row once checkpointed (docs/implementation.md, \"Growth\").",
+        table]) + "\n"
     write_report(out, "bench_ledger_growth", args.quick, report, {"environment": env, "window": WINDOW, "limit": LIMIT, "cells": cells})
     return 0 if all_ok else 1
 
