@@ -262,7 +262,7 @@ class RedactionRuntime(StreamRuntime):
         if self._tokens >= 1.0:
             self._tokens -= 1.0
             return False
-        if not (step.new and not step.missing and rec.ts is None and self.aggregates is None and not self._defer):
+        if not (step.new and not step.missing and rec.ts is None and self.aggregates is None):
             return False
         private = rec.private or self.privacy_mode or self._scheduled(now if self.wall_clock else None, guard=True)
         if not private or (self._owed == 0 and self.core.open_run() is None):
