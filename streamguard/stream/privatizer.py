@@ -610,7 +610,7 @@ class StreamPrivatizer:
         their figure do not change; every position it moves the right rows over is undecided, so
         no decision is taken back.
 
-        Accounting (docs/hostile-input.md): for a private X_p, p in [a, b] = [run.phys, p], the
+        Accounting (docs/implementation.md, "Runs of private steps"): for a private X_p, p in [a, b] = [run.phys, p], the
         outputs left of a and right of b are independent given X_p (the outputs between are ⊥),
         and by the Markov property Pr(y_left | X_p) is a mixture over X_a of Pr(y_left | X_a), and
         Pr(y_right | X_p) one over X_b of Pr(y_right | X_b). A mixture's likelihood ratio is at
