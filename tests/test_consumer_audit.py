@@ -145,3 +145,24 @@ def test_a_model_set_is_refused_not_misread():
     c.streams[("dev", "s")] = log
     s = report(c)["streams"]["s"]
     assert s["frequency"] is None and any("not supported" in w for w in s["devices"]["dev"]["warnings"])
+
+
+def test_a_run_is_audited_at_its_last_step_too():
+    """A run of private steps (``last``, issue 28) is checked at both ends: a record released
+    right after the run's last step is caught there (a single mark at the run's first step would
+    not see it as a neighbour)."""
+    sim, log = _collected()
+    assert log.status is not None
+    status = json.loads(json.dumps(log.status))
+    mark = status["recent_marks"][0]
+    p = mark["position"]
+    records = log.ordered()
+    by_pos = {r.position: r for r in records}
+    assert all(by_pos[t].redacted for t in range(p + 1, p + 4))
+    mark["last"] = p + 3  # the claim: p..p+3 private, right rows from p+3
+    nb = by_pos[p + 4]
+    forged = Record(nb.device, nb.stream, nb.seq, nb.position, nb.ts, sim.labels[sim.truth[nb.seq]], False,
+                    (0.0, 0.0), None, "redaction", nb.mode)
+    rep = audit_redaction(status, published_model(status), [forged if r is nb else r for r in records])
+    assert any(f"(position {p + 3})" in w and "exceeds epsilon" in w for w in rep.warnings), rep.warnings
+    assert [m["position"] for m in rep.marks][:2] == [p, p + 3]

@@ -20,7 +20,8 @@ leakage under the chain the status says it is evaluated under (the model, or ove
 member ``model_set.worst_case.member``, which must be in the set).
 
 **Each finished, honoured mark** (``recent_marks``, with its position) is re-audited from the rows
-the records carry, over ±``span`` positions around it. A position between two records with
+the records carry, over ±``span`` positions around it; a run of private steps (``last``: its last
+position) at both of its ends. A position between two records with
 consecutive seqs has no record (a rejected frame or a missing reading: redacted with probability
 1). Any other position without a received record — a lost record, one before this consumer joined
 or after its newest — is *unobserved*: its row is unknown. Unobserved is unobserved: the consumer
@@ -163,7 +164,9 @@ def audit_redaction(status: dict[str, Any], model: PublishedModel, records: Sequ
     for m in status.get("recent_marks", []) or []:
         p = m.get("position")
         if isinstance(p, int) and m.get("honoured"):
-            _audit_mark(m, p, span, rows_at, cuts, claims, out)
+            last = m.get("last", p)
+            for q in (p, last) if isinstance(last, int) and last > p else (p,):
+                _audit_mark(m, q, span, rows_at, cuts, claims, out)
     return out
 
 
