@@ -28,8 +28,8 @@ def create_private(path: str | Path) -> int:
     return fd
 
 
-def write_private(path: str | Path, text: str) -> None:
-    """Replace the file at ``path`` atomically with ``text``, mode 0600: a temporary file beside
+def write_private(path: str | Path, text: str | bytes) -> None:
+    """Replace the file at ``path`` atomically with ``text`` (or bytes), mode 0600: a temporary file beside
     it, created 0600 before anything is written (:func:`create_private`; the leftover of a write
     that failed is removed, never written through), then renamed over ``path`` — so an existing
     file readable by others is replaced, not written into."""
@@ -38,7 +38,7 @@ def write_private(path: str | Path, text: str) -> None:
     tmp.unlink(missing_ok=True)
     try:
         with os.fdopen(create_private(tmp), "wb") as f:
-            f.write(text.encode())
+            f.write(text.encode() if isinstance(text, str) else text)
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -11,6 +11,7 @@ points, so marks frozen into a table receive later events.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import random
@@ -23,7 +24,7 @@ import pytest
 from ledger_replay import alive
 
 from streamguard.chain import MarkovChain
-from streamguard.ledger import checkpoint, store
+from streamguard.ledger import checkpoint
 from streamguard.ledger.events import (AggregateEvent, ChannelClaim, ChannelEvent, DriftEvent, Event, RedactionEvent)
 from streamguard.ledger.mark_history import MarkSummary
 from streamguard.ledger.odometer import odometer
@@ -104,27 +105,20 @@ def full_replay(path: Path, tmp: Path) -> dict[str, Any]:
     for suffix in ("", "-wal"):
         if Path(f"{path}{suffix}").exists():
             shutil.copy(f"{path}{suffix}", f"{copy}{suffix}")
-    db = sqlite3.connect(copy)
-    db.execute("DELETE FROM checkpoint")
-    db.commit()
-    db.close()
+    assert not checkpoint.path_of(str(copy)).exists()
     with Ledger.open(copy, readonly=True) as led:
         return figures(led)
 
 
 def _upto(path: Path) -> int:
-    db = sqlite3.connect(path)
-    try:
-        row = db.execute("SELECT upto FROM checkpoint").fetchone()
-        return 0 if row is None else row[0]
-    finally:
-        db.close()
+    row = checkpoint.read(checkpoint.path_of(str(path)))
+    return 0 if row is None else row[0]
 
 
 @pytest.fixture
 def every(monkeypatch: pytest.MonkeyPatch) -> int:
     """Checkpoints every 17 events."""
-    monkeypatch.setattr(store, "CHECKPOINT_EVERY", 17)
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_EVERY", 17)
     return 17
 
 
@@ -171,12 +165,12 @@ def test_a_failed_checkpoint_changes_nothing_recorded(tmp_path: Path, monkeypatc
         covered = led.head[0]
 
         def full(*_: Any) -> Any:
-            raise sqlite3.OperationalError("database or disk is full")
-        monkeypatch.setattr(store, "encode", full)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(checkpoint, "write_private", full)
         _record(led, random.Random(4), 30, saves=0.0)
         with caplog.at_level(logging.WARNING):
             assert not led.save_summaries()
-        assert "checkpoint not written (database or disk is full)" in caplog.text
+        assert "checkpoint not written ([Errno 28] No space left on device)" in caplog.text
         live = figures(led)
     assert _upto(path) == covered  # (nor at the close)
     monkeypatch.undo()
@@ -184,39 +178,41 @@ def test_a_failed_checkpoint_changes_nothing_recorded(tmp_path: Path, monkeypatc
         assert figures(led) == live
 
 
-def _tamper(path: Path, sql: str, *args: Any, redigest: bool = False) -> None:
-    db = sqlite3.connect(path)
-    db.execute(sql, args)
+def _tamper(path: Path, redigest: bool = False, **changes: Any) -> None:
+    """Change fields of the checkpoint (a function of the old value each) and write it back."""
+    where = checkpoint.path_of(str(path))
+    row = checkpoint.read(where)
+    assert row is not None
+    fields = dict(zip(("upto", "head", "refusals", "state", "marks", "digest"), row))
+    fields["marks"] = bytes(fields["marks"])
+    for name, change in changes.items():
+        fields[name] = change(fields[name])
     if redigest:  # someone who recomputes the checkpoint's digest
-        upto, head, refusals, state, marks = db.execute(
-            "SELECT upto, head, refusals, state, marks FROM checkpoint").fetchone()
-        db.execute("UPDATE checkpoint SET digest = ?", (checkpoint._digest(upto, head, refusals, state, bytes(marks)),))
-    db.commit()
-    db.close()
+        fields["digest"] = checkpoint._digest(*(fields[k] for k in ("upto", "head", "refusals", "state", "marks")))
+    checkpoint.write(where, tuple(fields.values()))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("edit", ["state", "marks", "head", "upto", "derived"])
+@pytest.mark.parametrize("edit", ["state", "marks", "head", "upto", "truncated", "derived"])
 def test_a_checkpoint_that_does_not_match_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                      edit: str) -> None:
     path = tmp_path / "l.db"
     with Ledger.open(path) as led:
         _record(led, random.Random(11), 120, saves=0.0)
         live = figures(led)
-    if edit == "state":  # a mark's leakage lowered in the JSON: the digest no longer matches
-        _tamper(path, "UPDATE checkpoint SET state = replace(state, '\"not_honoured\":', '\"not_honoured\":1')")
+    if edit == "state":  # the count of marks not honoured changed in the JSON: the digest no longer matches
+        _tamper(path, state=lambda s: s.replace('"not_honoured":', '"not_honoured":1'))
     elif edit == "marks":  # a mark's leakage in the packed table changed from 0.5 to 0.25
-        db = sqlite3.connect(path)
-        marks = bytes(db.execute("SELECT marks FROM checkpoint").fetchone()[0])
-        assert marks.count(b"\x00\x00\xe0\x3f")
-        _tamper(path, "UPDATE checkpoint SET marks = ?", marks.replace(b"\x00\x00\xe0\x3f", b"\x00\x00\xd0\x3f", 1))
-        db.close()
+        _tamper(path, marks=lambda m: m.replace(b"\x00\x00\xe0\x3f", b"\x00\x00\xd0\x3f", 1) if m.count(b"\xe0\x3f")
+                else pytest.fail("no 0.5 in the table"))
     elif edit == "head":  # a chain head that is not the last event's (digest recomputed; no event after it)
-        _tamper(path, "UPDATE checkpoint SET head = ?", "0" * 63 + "1", redigest=True)
+        _tamper(path, redigest=True, head=lambda _: "0" * 63 + "1")
     elif edit == "upto":  # a stale checkpoint claiming to cover one event less (digest recomputed)
-        _tamper(path, "UPDATE checkpoint SET upto = upto - 1", redigest=True)
+        _tamper(path, redigest=True, upto=lambda u: u - 1)
+    elif edit == "truncated":  # a write cut short (a power loss before the data reached the disk)
+        where = checkpoint.path_of(str(path))
+        where.write_bytes(where.read_bytes()[:-100])
     else:  # the accountants it restores (digest recomputed) disagree with the derived state
-        _tamper(path, "UPDATE checkpoint SET state = replace(state, ']],\"version\"', '],[99999,99999,0.5]],\"version\"')",
-                redigest=True)
+        _tamper(path, redigest=True, state=lambda s: s.replace(']],"version"', '],[99999,99999,0.5]],"version"'))
     with caplog.at_level(logging.WARNING), Ledger.open(path) as led:
         assert figures(led) == live
     assert "checkpoint not used" in caplog.text and "replaying every event" in caplog.text
@@ -231,7 +227,10 @@ def test_a_tampered_event_after_the_checkpoint_does_not_open(tmp_path: Path) -> 
                               left=0.5, right=0.5, total=0.5, honoured=True))
     last = led.head[0]
     led._db.close()
-    _tamper(path, "UPDATE events SET body = replace(body, '\"total\":0.5', '\"total\":0.1') WHERE id = ?", last)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE events SET body = replace(body, '\"total\":0.5', '\"total\":0.1') WHERE id = ?", (last,))
+    db.commit()
+    db.close()
     with pytest.raises(LedgerCorrupt, match=f"event {last}: digest"):
         Ledger.open(path)
 
@@ -242,6 +241,7 @@ def test_a_start_from_the_checkpoint_keeps_no_mark_object(tmp_path: Path) -> Non
         led.commit_all([RedactionEvent(device="d", stream="s", time=1.0, position=p, seq=p, plan="3R-optimal",
                                        epsilon=1.0, left=0.5, right=0.5, total=0.5, honoured=True) for p in range(3000)])
         assert alive(MarkSummary) >= 3000  # live until the checkpoint at the close freezes them
+    assert checkpoint.path_of(str(path)).stat().st_mode & 0o777 == 0o600  # (it dates the private marks)
     with Ledger.open(path, readonly=True) as led:
         assert alive(MarkSummary) == 0 and alive(RedactionEvent) == 0
         assert len(led.book("d", "s").marks) == 3000

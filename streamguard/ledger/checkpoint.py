@@ -3,8 +3,9 @@
 Replaying every event at each start cost time and memory linear in the history (issue 28:
 300,000 marks, 16.8 s and 384 MB). What a replay builds is the books' summaries
 (``book.py``: aggregate, channel and mark summaries, the quilt accountants, the latest drift
-event) and the refusal tallies. A checkpoint stores them — one row of table ``checkpoint`` —
-with what they cover:
+event) and the refusal tallies. A checkpoint stores them — a file beside the ledger,
+``<ledger>.checkpoint``, mode 0600, replaced atomically (a temporary file renamed over it) — with
+what they cover:
 
 * ``upto``: the last event they include, and ``head``: that event's digest (the chain head);
 * ``refusals``: the last refusal they include;
@@ -28,9 +29,13 @@ the digest protects against accidents and naive edits, not against someone who r
 
 **Writing** (:meth:`~streamguard.ledger.store.Ledger.save_summaries`): after every
 :data:`CHECKPOINT_EVERY` events, at a start that replayed at least as many, and at a clean close,
-in a transaction of its own after the events it covers are durable. A crash before it commits
-leaves the previous checkpoint, which the next start completes from the events; a failed write
-(a full disk) is logged and changes nothing recorded. Writing one freezes every mark into its
+once the events it covers are durable. It is a separate file so that writing it never holds the
+ledger's write lock, and it is not synced: the pause on the thread that stores decisions is the
+encoding and a copy into the page cache (measured in ``benchmarks/bench_ledger_startup.py``), not
+a disk sync of the whole summary. A crash before the rename leaves the previous checkpoint, which
+the next start completes from the events; a power loss that leaves the file damaged makes its
+digest fail (a full replay, once); a failed write (a full disk) is logged and changes nothing
+recorded. Writing one freezes every mark into its
 stream's packed table, which is what keeps a stream's memory at ~0.08 KB per mark.
 """
 
@@ -40,26 +45,18 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
+from ..private_files import write_private
 from ..quilt.model import QuiltModel
 from .book import StreamBook
 
-#: Events between two checkpoints: a start replays at most this many (redaction marks: ~0.8 s).
-CHECKPOINT_EVERY = 10_000
+#: Events between two checkpoints: a start replays at most this many (redaction marks: ~0.5 s).
+CHECKPOINT_EVERY = 5_000
 FORMAT = 1
+MAGIC = b"streamguard-ledger-checkpoint\n"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS checkpoint (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    upto INTEGER NOT NULL,
-    head TEXT NOT NULL,
-    refusals INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    marks BLOB NOT NULL,
-    digest TEXT NOT NULL
-);
-"""
+Row = tuple[int, str, int, str, bytes | memoryview, str]  # (upto, head, refusals, state, marks, digest)
 
 Key = tuple[str, str]
 
@@ -80,14 +77,53 @@ class Checkpoint:
     tallies: dict[Key, tuple[list[tuple[str, int]], int | None]]
 
 
-def _digest(upto: int, head: str, refusals: int, state: str, marks: bytes) -> str:
+def _digest(upto: int, head: str, refusals: int, state: str, marks: bytes | memoryview) -> str:
     h = hashlib.sha256(f"{FORMAT}\n{upto}\n{head}\n{refusals}\n{len(state)}\n".encode())
     h.update(state.encode())
     h.update(marks)
     return h.hexdigest()
 
 
-def encode(cp: Checkpoint) -> tuple[int, str, int, str, bytes, str]:
+def path_of(ledger: str) -> Path:
+    """Where the checkpoint of the ledger at ``ledger`` lives."""
+    return Path(f"{ledger}.checkpoint")
+
+
+def write(path: Path, row: Row) -> None:
+    """Replace the checkpoint file with ``row``: the magic line, a JSON header line (what it
+    covers, the lengths, the digest), the state, the mark tables. OSError if it cannot."""
+    upto, head, refusals, state, marks, digest = row
+    text = state.encode()
+    header = json.dumps({"format": FORMAT, "upto": upto, "head": head, "refusals": refusals, "state": len(text),
+                         "marks": len(marks), "digest": digest}, sort_keys=True).encode()
+    write_private(path, b"".join([MAGIC, header, b"\n", text, marks]))
+
+
+def read(path: Path) -> Row | None:
+    """The row of the checkpoint file (None if there is none); CheckpointError if it is not one."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"unreadable ({exc.strerror})") from None
+    end = data.find(b"\n", len(MAGIC))
+    try:
+        if not data.startswith(MAGIC) or end < 0:
+            raise ValueError("not a ledger checkpoint")
+        h = json.loads(data[len(MAGIC):end])
+        if h.get("format") != FORMAT:
+            raise ValueError(f"format {h.get('format')!r}, this code reads {FORMAT}")
+        view, start = memoryview(data), end + 1
+        if len(data) != start + h["state"] + h["marks"]:
+            raise ValueError("truncated or too long")
+        state = bytes(view[start:start + h["state"]]).decode()
+        return int(h["upto"]), str(h["head"]), int(h["refusals"]), state, view[start + h["state"]:], str(h["digest"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"unreadable ({exc})") from None
+
+
+def encode(cp: Checkpoint) -> Row:
     """The row (upto, head, refusals, state, marks, digest) of ``cp``. Freezes the books' marks;
     ValueError if a mark cannot be packed (then no checkpoint is written)."""
     streams, tables, offset = [], [], 0
@@ -104,11 +140,11 @@ def encode(cp: Checkpoint) -> tuple[int, str, int, str, bytes, str]:
     return cp.upto, cp.head, cp.refusals, state_text, marks, _digest(cp.upto, cp.head, cp.refusals, state_text, marks)
 
 
-def decode(row: tuple[Any, ...], model_of: Callable[[str], QuiltModel]) -> Checkpoint:
+def decode(row: Row, model_of: Callable[[str], QuiltModel]) -> Checkpoint:
     """The checkpoint of a stored row; :class:`CheckpointError` if its digest does not match its
     content or the content is malformed (its head is checked against the events by the ledger)."""
-    upto, head, refusals, state_text, marks, digest = row
-    marks = memoryview(marks)  # (each stream's table a view of it: no copy)
+    upto, head, refusals, state_text, data, digest = row
+    marks = memoryview(data)  # (each stream's table a view of it: no copy)
     if _digest(upto, head, refusals, state_text, marks) != digest:
         raise CheckpointError("its digest does not match its content (edited or damaged)")
     try:

@@ -14,8 +14,8 @@ the safe side.)
 (:class:`~streamguard.ledger.book.StreamBook`: fresh quilt accountants, marks, channels), so a
 restart never forgets spent budget — starting from the summary checkpoint when it matches the
 events (only the events after it are read; ``ledger/checkpoint.py``: written every
-``CHECKPOINT_EVERY`` events and at a clean close, never the record of truth). The derived state stored with every aggregate commit — each
-accountant's load segments, its ε_max and the last event it includes (notes/002 §4.8: "persist ρ
+``CHECKPOINT_EVERY`` events and at a clean close, never the record of truth). The derived
+state stored with every aggregate commit — each accountant's load segments, its ε_max and the last event it includes (notes/002 §4.8: "persist ρ
 run-lengths and the release log") — is checked against the replay: different loads or an
 ε_max below the stored one (an under-count) raise :class:`LedgerCorrupt`; the ledger does not
 open on a state it cannot reproduce. The replay evaluates ε once over all positions instead of
@@ -71,8 +71,8 @@ from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
 from ..private_files import private_file
 from .book import Guarantee, StreamBook
-from .checkpoint import CHECKPOINT_EVERY, Checkpoint, CheckpointError, decode, encode
-from .checkpoint import SCHEMA as CHECKPOINT_SCHEMA
+from . import checkpoint
+from .checkpoint import Checkpoint, CheckpointError
 from .events import AggregateEvent, Event, EventError, Family, canonical, event_from_json
 
 log = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ class Ledger:
                 if mode != "wal":
                     raise sqlite3.OperationalError(f"{path}: the ledger needs WAL mode, got {mode!r}")
                 db.execute("PRAGMA synchronous=FULL")
-                db.executescript(_SCHEMA + CHECKPOINT_SCHEMA)
+                db.executescript(_SCHEMA)
                 db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             version = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
             if version is None or int(version[0]) != SCHEMA_VERSION:
@@ -314,22 +314,16 @@ class Ledger:
             self._books, self._refusals, self._last_refusal = {}, {}, 0
             self._last_id, self._head = 0, GENESIS
             self._replay_after(None)
-        if self._uncovered >= CHECKPOINT_EVERY:
-            if self.readonly:
-                for book in self._books.values():
-                    book.marks.freeze()
-            else:
-                self._save_summaries()
+        if self._uncovered >= checkpoint.CHECKPOINT_EVERY and not self.readonly:
+            self._save_summaries()
 
     def _stored_checkpoint(self) -> Checkpoint | None:
         """The stored checkpoint if it matches the events (CheckpointError if not), None if there is none."""
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        row = None if "checkpoint" not in tables else self._db.execute(
-            "SELECT upto, head, refusals, state, marks, digest FROM checkpoint WHERE id = 1").fetchone()
+        row = checkpoint.read(checkpoint.path_of(self.path))
         if row is None:
             return None
         try:
-            cp = decode(row, self.model)
+            cp = checkpoint.decode(row, self.model)
         except LedgerError as exc:  # (a model it names is not stored)
             raise CheckpointError(str(exc)) from None
         event = self._db.execute("SELECT digest FROM events WHERE id = ?", (cp.upto,)).fetchone()
@@ -365,6 +359,9 @@ class Ledger:
             self._book(event.key).add(event_id, event)
             self._last_id = event_id
             self._uncovered += 1
+            if self._uncovered % checkpoint.CHECKPOINT_EVERY == 0:  # (a long replay keeps as few mark objects as a run)
+                for book in self._books.values():
+                    book.marks.freeze()
         self._head = head
         for row in self._db.execute(f"SELECT {_REFUSAL_COLUMNS} FROM refusals WHERE id > ? ORDER BY id",
                                     (self._last_refusal,)):
@@ -386,11 +383,9 @@ class Ledger:
         tallies = {key: (list(t.by_family.items()), None if t.last is None else t.last.id)
                    for key, t in self._refusals.items()}
         try:
-            row = encode(Checkpoint(self._last_id, self._head, self._last_refusal, self._books, tallies))
-            with self._transaction() as db:
-                db.execute("INSERT OR REPLACE INTO checkpoint (id, upto, head, refusals, state, marks, digest) "
-                           "VALUES (1, ?, ?, ?, ?, ?, ?)", row)
-        except (sqlite3.Error, OSError, ValueError, LedgerError) as exc:
+            row = checkpoint.encode(Checkpoint(self._last_id, self._head, self._last_refusal, self._books, tallies))
+            checkpoint.write(checkpoint.path_of(self.path), row)
+        except (OSError, ValueError) as exc:
             log.warning("ledger %s: checkpoint not written (%s); the next start replays more events", self.path, exc)
             self._uncovered = 0  # (try again after as many events)
             return False
@@ -399,7 +394,7 @@ class Ledger:
 
     def _covered(self) -> None:
         """After events were written (lock held): a checkpoint once enough are uncovered."""
-        if self._uncovered >= CHECKPOINT_EVERY:
+        if self._uncovered >= checkpoint.CHECKPOINT_EVERY:
             self._save_summaries()
 
     def _check_derived(self) -> None:
