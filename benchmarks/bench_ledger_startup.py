@@ -6,7 +6,7 @@ daemon's does (every ``CHECKPOINT_EVERY`` events and at the close). Each start r
 interpreter that has first imported the daemon (``streamguard.stream.daemon``, what a start has
 loaded before it opens the ledger), and opens a copy of the file:
 
-- **full replay**: the copy's checkpoint deleted (a ledger without one: every event is read);
+- **full replay**: the copy without its checkpoint file (a ledger without one: every event is read);
   opened read-only, so the time is the replay alone (a writable start then writes a checkpoint);
 - **checkpoint**: the file as the close left it (the checkpoint covers every event): a clean restart;
 - **checkpoint + tail**: ``CHECKPOINT_EVERY − 1`` marks written after the checkpoint and no
@@ -23,15 +23,14 @@ Outputs in ``--out``: ``bench_ledger_startup.md`` and ``.json`` (``_quick`` with
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from streamguard.ledger import checkpoint
 from streamguard.ledger.checkpoint import CHECKPOINT_EVERY
 from streamguard.ledger.store import Ledger
 
@@ -63,21 +62,12 @@ def start(path: Path, readonly: bool) -> tuple[float, float, float, float]:
     return seconds, base, after, peak
 
 
-def copy(path: Path, to: Path) -> Path:
-    for suffix in ("", "-wal"):
-        if Path(f"{path}{suffix}").exists():
+def copy(path: Path, to: Path, *, with_checkpoint: bool) -> Path:
+    """Copy the ledger (and its checkpoint file, or not)."""
+    for suffix in ("", "-wal", ".checkpoint" if with_checkpoint else None):
+        if suffix is not None and Path(f"{path}{suffix}").exists():
             shutil.copy(f"{path}{suffix}", f"{to}{suffix}")
     return to
-
-
-def _sql(path: Path, sql: str) -> Any:
-    db = sqlite3.connect(path)
-    try:
-        row = db.execute(sql).fetchone()
-        db.commit()
-        return row
-    finally:
-        db.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,11 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 t = time.perf_counter()
                 led.save_summaries()
                 write_s = time.perf_counter() - t
-            size_mb = _sql(path, "SELECT length(state) + length(marks) FROM checkpoint")[0] / 2**20
+            size_mb = checkpoint.path_of(str(path)).stat().st_size / 2**20
             cp_rows.append([f"{n:,}", f"{size_mb:.1f}", f"{write_s:.3f}"])
-            full = copy(path, Path(tmp) / "full.sqlite")
-            _sql(full, "DELETE FROM checkpoint")
-            crashed = copy(path, Path(tmp) / "crashed.sqlite")
+            full = copy(path, Path(tmp) / "full.sqlite", with_checkpoint=False)
+            crashed = copy(path, Path(tmp) / "crashed.sqlite", with_checkpoint=True)
             led = Ledger.open(crashed)
             fill(led, "redaction", n, n + CHECKPOINT_EVERY - 1)
             led._db.close()  # a crash: the next checkpoint never written
@@ -119,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "rss_after_mb": after, "peak_rss_mb": peak, "checkpoint_mb": size_mb,
                               "checkpoint_write_s": write_s})
             for f in (full, crashed):
-                f.unlink()
+                for suffix in ("", "-wal", "-shm", ".checkpoint"):
+                    Path(f"{f}{suffix}").unlink(missing_ok=True)
     table = markdown_table(["marks", "start", "open s", "RSS after imports MB", "RSS after open MB", "peak RSS MB",
                             f"≤ {START_TARGET_S:g} s", f"≤ {RSS_TARGET_MB:g} MB"], rows)
     cp_table = markdown_table(["marks", "checkpoint MB", "one write s"], cp_rows)
