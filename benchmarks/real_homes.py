@@ -99,14 +99,20 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=3600)
 
 
-def calibrate(tr: Trace, first: np.ndarray, work: Path) -> dict[str, Any]:
-    """The default and the homogeneous calibrations of the first half, and today's robust plan."""
+def calibration_args(tr: Trace, first: np.ndarray, work: Path) -> list[str]:
+    """Write the first half as frames (JSON lines) in ``work``; the ``calibrate`` arguments common
+    to every model class (frames, labels, sample period, confidence)."""
     frames = work / f"{tr.name}.jsonl"
     with frames.open("w") as fh:
         for t, s in zip(tr.ts[first], tr.state[first]):
             fh.write(json.dumps({"value": tr.labels[s], "ts": int(t)}) + "\n")
-    common = [str(frames), "--labels", ",".join(tr.labels), "--sample-period", f"{tr.period:g}",
-              "--confidence", str(CONFIDENCE)]
+    return [str(frames), "--labels", ",".join(tr.labels), "--sample-period", f"{tr.period:g}",
+            "--confidence", str(CONFIDENCE)]
+
+
+def calibrate(tr: Trace, first: np.ndarray, work: Path) -> dict[str, Any]:
+    """The default and the homogeneous calibrations of the first half, and today's robust plan."""
+    common = calibration_args(tr, first, work)
     out: dict[str, Any] = {}
     r = _cli("calibrate", *common, "--utc-offset", f"{tr.utc_offset:g}", "--json")
     out["setchain"] = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr.strip()}

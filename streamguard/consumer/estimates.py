@@ -13,6 +13,10 @@ a 95% interval for it:
   The naive share (released records only) is reported beside it. Transition rates: the posterior
   expected transition counts, normalised per row, with 95% intervals from the quantiles of the
   realised rates of paths drawn from the posterior (forward filtering, backward sampling).
+  Under a time-of-day **set-chain** (``consume --model MODEL.json``, :func:`setchain_shares`):
+  the same posterior with one kernel per step (its block's), the estimate under the set's center
+  member, the interval the union over the center and extreme members — a heuristic over vertices
+  of the sets, not a certified bound (docs/consumer-guide.md §3b).
 - **channel** (:func:`channel_shares`): least squares with the published matrix. With q̂ the
   output frequencies of the N released records and C_x the output law of state x, E[q̂ | X] =
   Cᵀ p (p the realised shares), so p̂ = (Cᵀ)⁺ q̂ is unbiased given X; given X the outputs are
@@ -36,10 +40,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ..model.setchain import SetChain
 from ..quilt.noise import DiscreteLaplace
 from .messages import Record, Window
 from .model import PublishedModel, StatusError
 from .posterior import REDACTED, UNKNOWN, Posterior, posterior, sample_paths
+from .timevarying import SetChainModel, members
 
 #: Two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -105,16 +111,29 @@ def _segments(first: int, n: int, restarts: Collection[int]) -> list[tuple[int, 
     return list(zip([0, *cuts], [*cuts, n]))
 
 
-def redaction_posterior(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
+#: What an estimate is corrected under: the status's homogeneous chain, or one member of a
+#: time-of-day set-chain (:mod:`.timevarying`); both give the kernels and first law of a segment.
+EstimationModel = PublishedModel | SetChainModel
+
+
+def _anchor(records: Sequence[Record]) -> tuple[int, float]:
+    """(position, epoch) of the first record: the clock of a time-varying model's steps."""
+    r = min(records, key=lambda r: r.position if r.position is not None else r.seq)
+    return (r.position if r.position is not None else r.seq), float(r.ts)
+
+
+def redaction_posterior(records: Sequence[Record], labels: Sequence[Any], model: EstimationModel,
                         restarts: Collection[int] = ()) -> Posterior:
     """The posterior of the records' states. A restart position b (published by the status) ends
     the chain before it: an unknown number of readings were lost there, so the records from b on
     are solved as a new segment, independent of what came before, whose first law is the model's
     law at b (:meth:`PublishedModel.law_at`; the gap's length is unknown, so the stated initial law
-    moved b steps stands in for it)."""
+    moved b steps stands in for it; a set-chain member's law at b's clock,
+    :meth:`.timevarying.SetChainModel.law_at_ts`)."""
     obs, rows, counted, first = redaction_observations(records, labels)
     k = len(labels)
-    parts = [posterior(model.chain.matrix, model.law_at(first + a), obs[a:b], rows[a:b], counted[a:b])
+    anchor = _anchor(records)
+    parts = [posterior(*model.segment(first + a, b - a, anchor), obs[a:b], rows[a:b], counted[a:b])
              for a, b in _segments(first, obs.shape[0], restarts)]
     if len(parts) == 1:
         return parts[0]
@@ -123,7 +142,7 @@ def redaction_posterior(records: Sequence[Record], labels: Sequence[Any], model:
                      sum((p.count_var for p in parts), np.zeros(k)), trans, sum(p.counted for p in parts))
 
 
-def transition_intervals(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
+def transition_intervals(records: Sequence[Record], labels: Sequence[Any], model: EstimationModel,
                          restarts: Collection[int] = (), draws: int = TRANSITION_DRAWS,
                          seed: int = 0) -> list[list[list[float] | None]]:
     """95% intervals for the realised transition rates Pr(X_{t+1} = y | X_t = x) over the records'
@@ -134,8 +153,9 @@ def transition_intervals(records: Sequence[Record], labels: Sequence[Any], model
     k = len(labels)
     rng = np.random.default_rng(seed)
     counts = np.zeros((draws, k, k))
+    anchor = _anchor(records)
     for a, b in _segments(first, obs.shape[0], restarts):
-        paths = sample_paths(model.chain.matrix, model.law_at(first + a), obs[a:b], rows[a:b], draws, rng)
+        paths = sample_paths(*model.segment(first + a, b - a, anchor), obs[a:b], rows[a:b], draws, rng)
         for x in range(k):
             for y in range(k):
                 counts[:, x, y] += ((paths[:, :-1] == x) & (paths[:, 1:] == y)).sum(axis=1)
@@ -154,17 +174,23 @@ def transition_intervals(records: Sequence[Record], labels: Sequence[Any], model
     return out
 
 
-def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: PublishedModel,
-                     restarts: Collection[int] = ()) -> Shares:
-    """Corrected shares of a redaction stream (module docstring)."""
-    k = len(labels)
-    post = redaction_posterior(records, labels, model, restarts)
-    N = post.counted
-    released = np.zeros(k)
+def _released(records: Sequence[Record], labels: Sequence[Any]) -> NDArray[np.float64]:
+    """The number of released records of each state."""
+    released = np.zeros(len(labels))
     index = state_index(labels)
     for r in records:
         if not r.redacted:
             released[index[r.value]] += 1
+    return released
+
+
+def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: EstimationModel,
+                     restarts: Collection[int] = ()) -> Shares:
+    """Corrected shares of a redaction stream (module docstring), under one model (the status's
+    chain, or one member of a set-chain)."""
+    post = redaction_posterior(records, labels, model, restarts)
+    N = post.counted
+    released = _released(records, labels)
     hidden = N - released.sum()
     est = post.count_mean / N
     sd = np.sqrt(post.count_var) / N
@@ -172,10 +198,58 @@ def redaction_shares(records: Sequence[Record], labels: Sequence[Any], model: Pu
     trans = post.transitions
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = trans / trans.sum(axis=1, keepdims=True)
+    method = ("posterior (forward-backward, published model and rows)" if isinstance(model, PublishedModel)
+              else f"posterior (forward-backward, time-of-day set-chain member '{model.name}', published rows)")
     return Shares(est.tolist(), _interval(est, sd, released / N, (released + hidden) / N),
-                  None if naive is None else naive.tolist(), "posterior (forward-backward, published model and rows)",
+                  None if naive is None else naive.tolist(), method,
                   {"transitions": [[None if not np.isfinite(v) else float(v) for v in row] for row in rate]},
                   sd.tolist(), N)
+
+
+def setchain_shares(records: Sequence[Record], labels: Sequence[Any], sc: SetChain,
+                    restarts: Collection[int] = ()) -> Shares:
+    """Corrected shares under a time-of-day set-chain (docs/consumer-guide.md §3b).
+
+    Estimand: as everywhere here, the realised share of each state among the records. Estimate: the
+    posterior mean under the set's center member (:meth:`.timevarying.SetChainModel.center`, the
+    kernel of each step from its block). Interval for the share of s: the union of the 95%
+    posterior intervals (mean ± z·sd, exact posterior sd) under the center and the two extreme
+    members for s (every block's row set pushed toward s and away from s), clipped to what the
+    released records allow. It covers the posterior (sampling) uncertainty under each of those
+    members and the spread of the estimate between them; it is a heuristic over those vertices,
+    not a certified bound over every kernel sequence in the sets (:mod:`.timevarying`). ``sd`` is
+    the larger distance from the estimate to an end of the union, over z (so :func:`combine`'s
+    symmetric interval contains the union); ``extra["members"]`` the mean under each member."""
+    if tuple(str(x) for x in labels) != sc.labels:
+        raise StatusError("the set-chain model's labels differ from the stream's labels")
+    center, pairs = members(sc)
+    base = redaction_shares(records, labels, center, restarts)
+    N = base.n
+    released = _released(records, labels)
+    lo_clip, hi_clip = released / N, (N - released.sum() + released) / N
+    est = np.asarray(base.frequency, dtype=np.float64)
+    sd0 = np.asarray(base.sd, dtype=np.float64)
+    lo, hi = est - Z95 * sd0, est + Z95 * sd0
+    solved: dict[bytes, Posterior] = {}
+    means: dict[str, list[float]] = {}
+    for s, pair in enumerate(pairs):
+        for m in pair:
+            key = m.kernels.tobytes()
+            if key not in solved:
+                solved[key] = redaction_posterior(records, labels, m, restarts)
+            post = solved[key]
+            mean_s, sd_s = post.count_mean[s] / N, np.sqrt(post.count_var[s]) / N
+            lo[s], hi[s] = min(lo[s], mean_s - Z95 * sd_s), max(hi[s], mean_s + Z95 * sd_s)
+            means[m.name] = (post.count_mean / N).tolist()
+    lo, hi = np.maximum(lo, lo_clip), np.minimum(hi, hi_clip)
+    sd = np.maximum(est - lo, hi - est) / Z95
+    base.frequency_ci = [[float(a), float(b)] for a, b in zip(lo, hi)]
+    base.sd = sd.tolist()
+    base.method = ("posterior (forward-backward) under a time-of-day set-chain: estimate under its center member, "
+                   "95% interval the union over the center and each state's extreme members (heuristic over "
+                   "vertices, not a certified bound)")
+    base.extra["members"] = {"center": base.frequency, **means}
+    return base
 
 
 def channel_matrix(status: dict[str, Any], k: int) -> NDArray[np.float64]:

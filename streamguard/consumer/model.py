@@ -38,6 +38,12 @@ class PublishedModel:
             return self.chain.stationary_law
         return self.initial @ self.chain.power(position)
 
+    def segment(self, position: int, n: int, anchor: tuple[int, float]) -> tuple[NDArray[np.float64],
+                                                                                  NDArray[np.float64]]:
+        """The transition matrix and the prior law of the n positions from ``position`` (``anchor``,
+        a record's (position, epoch), is for time-varying models: a homogeneous one ignores it)."""
+        return self.chain.matrix, self.law_at(position)
+
 
 def published_model(status: dict[str, Any]) -> PublishedModel:
     """The model of a privacy status (see module docstring)."""

@@ -1,7 +1,9 @@
 """The posterior of a redacted stream given everything released (issue 14; notes/000 §2).
 
 Model. X_0, X_1, … is a Markov chain with transition matrix P (k states) and a law μ for the
-first position. At every position t a local channel emits Y_t: for a published record with
+first position; or a time-inhomogeneous chain with one kernel K_t per step t → t+1 (a time-of-day
+model, docs/consumer-guide.md §3b: every formula below holds with P replaced by the step's K_t).
+At every position t a local channel emits Y_t: for a published record with
 redaction row r_t (r_t[x] = Pr(⊥ | X_t = x)), Y_t = X_t with probability 1 − r_t[x] and ⊥
 otherwise; a position with no published record (a rejected frame, a missing reading, a record
 lost in transit) carries no information, emission 1 for every x. So the likelihood of state x at
@@ -23,8 +25,8 @@ by scaled forward–backward in O(m·k²) for m positions; released positions ha
 and cost nothing. Total cost O(#unreleased · k²).
 
 Moments of counts. Given Y the hidden run is an inhomogeneous Markov chain with kernels
-K_t(x, y) ∝ P(x, y) e_{t+1}(y) b_{t+1}(y). For the count S_s = Σ_t 1{X_t = s} over a run, with
-h_t = 1{X_t = s} − γ_t(s) and G_t(x) = E[Σ_{u>t} h_u | X_t = x] = Σ_y K_t(x, y)(h_{t+1}(y) +
+Q_t(x, y) ∝ P(x, y) e_{t+1}(y) b_{t+1}(y). For the count S_s = Σ_t 1{X_t = s} over a run, with
+h_t = 1{X_t = s} − γ_t(s) and G_t(x) = E[Σ_{u>t} h_u | X_t = x] = Σ_y Q_t(x, y)(h_{t+1}(y) +
 G_{t+1}(y)), the exact posterior variance is Var(S_s | Y) = Σ_t Var(h_t) + 2 Σ_t E[h_t G_t(X_t)].
 Runs are independent given Y, so means and variances add.
 """
@@ -76,16 +78,30 @@ def emissions(obs: NDArray[np.int64], rows: NDArray[np.float64]) -> NDArray[np.f
     return e
 
 
+def step_kernels(matrix: NDArray[np.float64], n: int) -> NDArray[np.float64]:
+    """The kernels of the n − 1 steps of n positions, (n − 1, k, k): ``matrix`` is either one
+    transition matrix (k, k) — a homogeneous chain, broadcast without copying — or already one
+    kernel per step (``matrix[t]`` the kernel of the step t → t+1)."""
+    M = np.asarray(matrix, dtype=np.float64)
+    if M.ndim == 2:
+        return np.broadcast_to(M, (max(n - 1, 0), *M.shape))
+    if M.ndim != 3 or M.shape[0] != max(n - 1, 0):
+        raise PosteriorError(f"expected one kernel per step ({max(n - 1, 0)}), got shape {M.shape}")
+    return M
+
+
 def posterior(
     matrix: NDArray[np.float64], initial: NDArray[np.float64], obs: Sequence[int] | NDArray[np.int64],
     rows: NDArray[np.float64], counted: NDArray[np.bool_] | None = None,
 ) -> Posterior:
-    """The posterior of a redacted stream (module docstring). ``initial`` is the law of X_0;
-    ``counted`` marks the positions that are records (default: all)."""
-    P = np.asarray(matrix, dtype=np.float64)
+    """The posterior of a redacted stream (module docstring). ``matrix``: the transition matrix, or
+    one kernel per step (:func:`step_kernels`); ``initial`` is the law of X_0; ``counted`` marks the
+    positions that are records (default: all)."""
     o = np.asarray(obs, dtype=np.int64)
     R = np.asarray(rows, dtype=np.float64)
-    n, k = o.shape[0], P.shape[0]
+    n = o.shape[0]
+    K = step_kernels(matrix, n)
+    k = K.shape[-1]
     if R.shape != (n, k):
         raise PosteriorError(f"expected {n} redaction rows of {k} probabilities, got shape {R.shape}")
     c = np.ones(n, dtype=bool) if counted is None else np.asarray(counted, dtype=bool)
@@ -107,9 +123,9 @@ def posterior(
         edges = np.diff(np.concatenate([[0], unknown.astype(np.int8), [0]]))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # run = [start, end)
         for a, b in zip(starts.tolist(), ends.tolist()):
-            left = initial if a == 0 else P[o[a - 1]]
-            right = P[:, o[b]] if b < n else np.ones(k)
-            solved = _run(P, e[a:b], left, right, c[a:b])
+            left = initial if a == 0 else K[a - 1][o[a - 1]]
+            right = K[b - 1][:, o[b]] if b < n else np.ones(k)
+            solved = _run(K[a:b - 1], e[a:b], left, right, c[a:b])
             if solved is None:
                 raise PosteriorError(f"positions {a}..{b - 1}: the releases around them are impossible under the model")
             g, m, v, tr_in, tr_left, tr_right = solved
@@ -125,13 +141,14 @@ def posterior(
 
 
 def _run(
-    P: NDArray[np.float64], e: NDArray[np.float64], left: NDArray[np.float64], right: NDArray[np.float64],
+    K: NDArray[np.float64], e: NDArray[np.float64], left: NDArray[np.float64], right: NDArray[np.float64],
     counted: NDArray[np.bool_],
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
            NDArray[np.float64], NDArray[np.float64]] | None:
-    """Forward–backward over one run of m unreleased positions. ``left`` is the law of the run's
-    first state given what precedes it (μ, or the row of P from the known state before);
-    ``right[x]`` the likelihood of what follows the run's last state (a column of P, or ones).
+    """Forward–backward over one run of m unreleased positions, ``K[t]`` the kernel of its step
+    t → t+1 (m − 1 of them). ``left`` is the law of the run's
+    first state given what precedes it (μ, or the kernel's row from the known state before);
+    ``right[x]`` the likelihood of what follows the run's last state (a kernel's column, or ones).
     Returns the marginals, the count mean and variance over the counted positions, the expected
     transitions inside the run, out of the known state before (by next state) and into the known
     state after (by previous state); None when the run's observations have probability 0."""
@@ -140,7 +157,7 @@ def _run(
     a = left * e[0]
     for t in range(m):
         if t:
-            a = (alpha[t - 1] @ P) * e[t]
+            a = (alpha[t - 1] @ K[t - 1]) * e[t]
         s = a.sum()
         if not s > 0:
             return None
@@ -149,25 +166,25 @@ def _run(
     bt = right / right.max() if right.max() > 0 else right
     beta[m - 1] = bt
     for t in range(m - 2, -1, -1):
-        bt = P @ (e[t + 1] * beta[t + 1])
+        bt = K[t] @ (e[t + 1] * beta[t + 1])
         beta[t] = bt / bt.max()
     gamma = alpha * beta
     z = gamma.sum(axis=1, keepdims=True)
     if not np.all(z > 0):
         return None
     gamma /= z
-    # posterior kernels K_t(x, y) ∝ P(x, y) e_{t+1}(y) β_{t+1}(y), t = 0..m−2
+    # posterior kernels Q_t(x, y) ∝ K_t(x, y) e_{t+1}(y) β_{t+1}(y), t = 0..m−2
     trans = np.zeros((k, k))
     f = counted.astype(np.float64)
     mean = (gamma * f[:, None]).sum(axis=0)
     var = (f[:, None] * gamma * (1 - gamma)).sum(axis=0)  # Σ Var(h_t), per state s
     G = np.zeros((k, k))  # G[x, s] = E[Σ_{u>t} h_u^{(s)} | X_t = x]
     for t in range(m - 2, -1, -1):
-        K = P * (e[t + 1] * beta[t + 1])[None, :]
-        K /= K.sum(axis=1, keepdims=True)
-        trans += gamma[t][:, None] * K
+        Q = K[t] * (e[t + 1] * beta[t + 1])[None, :]
+        Q /= Q.sum(axis=1, keepdims=True)
+        trans += gamma[t][:, None] * Q
         h_next = f[t + 1] * (np.eye(k) - gamma[t + 1][None, :])  # h_next[y, s] = f(1{y=s} − γ_{t+1}(s))
-        G = K @ (h_next + G)
+        G = Q @ (h_next + G)
         # 2 E[h_t G_t(X_t)] with h_t(x) = f_t(1{x=s} − γ_t(s))
         h_t = f[t] * (np.eye(k) - gamma[t][None, :])
         var += 2.0 * (gamma[t][:, None] * h_t * G).sum(axis=0)
@@ -183,24 +200,25 @@ def sample_paths(
 ) -> NDArray[np.int64]:
     """``draws`` hidden paths from the posterior (forward filtering, backward sampling, run by run:
     released positions are fixed, and each run of unreleased positions is drawn from its bridge
-    between the known states around it). Returns a (draws, n) array of states. Cost
-    O(draws · #unreleased · k)."""
-    P = np.asarray(matrix, dtype=np.float64)
+    between the known states around it). ``matrix`` as in :func:`posterior`. Returns a (draws, n)
+    array of states. Cost O(draws · #unreleased · k)."""
     o = np.asarray(obs, dtype=np.int64)
     e = emissions(o, np.asarray(rows, dtype=np.float64))
-    n, k = o.shape[0], P.shape[0]
+    n = o.shape[0]
+    P = step_kernels(matrix, n)
+    k = P.shape[-1]
     paths = np.empty((draws, n), dtype=np.int64)
     known = o >= 0
     paths[:, known] = o[known]
     edges = np.diff(np.concatenate([[0], (~known).astype(np.int8), [0]]))
     for a, b in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()):
-        left = initial if a == 0 else P[o[a - 1]]
-        right = P[:, o[b]] if b < n else np.ones(k)
+        left = initial if a == 0 else P[a - 1][o[a - 1]]
+        right = P[b - 1][:, o[b]] if b < n else np.ones(k)
         alpha = np.empty((b - a, k))
         f = left * e[a]
         for t in range(b - a):
             if t:
-                f = (alpha[t - 1] @ P) * e[a + t]
+                f = (alpha[t - 1] @ P[a + t - 1]) * e[a + t]
             s = f.sum()
             if not s > 0:
                 raise PosteriorError(f"positions {a}..{b - 1}: the releases around them are impossible under the model")
@@ -209,7 +227,7 @@ def sample_paths(
         nxt = _draw(np.repeat(w, draws, axis=0), rng)
         paths[:, b - 1] = nxt
         for t in range(b - a - 2, -1, -1):
-            nxt = _draw(alpha[t][None, :] * P[:, nxt].T, rng)
+            nxt = _draw(alpha[t][None, :] * P[a + t][:, nxt].T, rng)
             paths[:, a + t] = nxt
     return paths
 
