@@ -18,6 +18,7 @@ import numpy as np
 from ..audit.start import start_effect
 from ..model.krobust import robust_plan_for
 from ..redaction.kplan import stream_plan_for
+from ..stream.hass import mark_cost
 from .common import EXIT_CONFIG, stream_plan
 
 #: A redaction table by t − p prints at most this many runs of equal rows (first and last half).
@@ -140,6 +141,10 @@ def _check_redaction_stream(cfg: Any) -> list[str]:
     steps = (f"steps are {_num(cfg.sample_period)} s slots" if cfg.sample_period else
              "steps are distinct timestamps (frames without ts cannot be recognised as redeliveries)")
     print(f"  {steps}")
+    cost, minutes = mark_cost(sp.left_horizon, sp.right_horizon, cfg.sample_period)
+    print(f"  a mark costs up to {cost} records around it ({sp.left_horizon} before, {sp.right_horizon} after)"
+          + ("" if minutes is None else f": {_num(minutes)} min of unknown; each record is released "
+             f"{_num(round(delay * cfg.sample_period / 60.0, 2))} min after its step"))
     return warnings
 
 

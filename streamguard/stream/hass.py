@@ -199,6 +199,15 @@ _MARK_STATE = ("{% set m = value_json.open_marks | last if value_json.open_marks
                "{% elif value_json.open_marks %}protecting{% else %}honoured{% endif %}")
 
 
+def mark_cost(left_horizon: int, right_horizon: int, sample_period: float | None) -> tuple[int, float | None]:
+    """What one mark costs: the records its plan's window spans (``left_horizon`` before it,
+    itself, ``right_horizon`` after), each redacted with the plan's probability for its distance
+    — up to all of them — and, for a stream with a ``sample_period``, their duration in minutes
+    (rounded to 0.01). Shown by the privacy status sensor and by ``config check``."""
+    steps = left_horizon + right_horizon + 1
+    return steps, None if sample_period is None else round(steps * sample_period / 60.0, 2)
+
+
 def _privacy_attributes(steps: int, minutes: float | None) -> str:
     cost = f'"mark_cost_steps": {steps}, "mark_cost_minutes": {"none" if minutes is None else repr(minutes)}'
     return ("{% set m = value_json.open_marks | last if value_json.open_marks else "
@@ -243,9 +252,7 @@ def controls(settings: Settings, rt: StreamRuntime) -> list[Entity]:
         "availability": online,
         **_common(settings),
     }
-    steps = rt.plan.left_horizon + rt.plan.right_horizon + 1
-    period = rt.cfg.sample_period
-    minutes = None if period is None else round(steps * period / 60.0, 2)
+    steps, minutes = mark_cost(rt.plan.left_horizon, rt.plan.right_horizon, rt.cfg.sample_period)
     status = {
         "name": f"{name}: privacy status",
         "unique_id": f"{node}_{rt.name}_privacy",
