@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -28,17 +29,20 @@ def create_private(path: str | Path) -> int:
     return fd
 
 
-def write_private(path: str | Path, text: str | bytes) -> None:
-    """Replace the file at ``path`` atomically with ``text`` (or bytes), mode 0600: a temporary file beside
-    it, created 0600 before anything is written (:func:`create_private`; the leftover of a write
-    that failed is removed, never written through), then renamed over ``path`` — so an existing
-    file readable by others is replaced, not written into."""
+def write_private(path: str | Path, text: str | bytes | Sequence[bytes | memoryview]) -> None:
+    """Replace the file at ``path`` atomically with ``text`` (or bytes, or chunks of bytes written
+    one after another), mode 0600: a temporary file beside it, created 0600 before anything is
+    written (:func:`create_private`; the leftover of a write that failed is removed, never written
+    through), then renamed over ``path`` — so an existing file readable by others is replaced, not
+    written into."""
+    chunks = [text.encode()] if isinstance(text, str) else [text] if isinstance(text, bytes) else text
     p = Path(path)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:
         with os.fdopen(create_private(tmp), "wb") as f:
-            f.write(text.encode() if isinstance(text, str) else text)
+            for chunk in chunks:
+                f.write(chunk)
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -166,7 +166,7 @@ class StreamBook:
             self._chan.add(event)
 
     # -- summary checkpoints (ledger/checkpoint.py) ---------------------------------------------------
-    def state(self) -> tuple[dict[str, Any], bytes]:
+    def state(self) -> tuple[dict[str, Any], memoryview]:
         """The book's summaries, JSON-ready, and its mark table's bytes; the marks are frozen
         (``mark_history.py``). ValueError if a mark cannot be packed."""
         marks, table = self._marks.state()

@@ -96,7 +96,7 @@ def write(path: Path, row: Row) -> None:
     text = state.encode()
     header = json.dumps({"format": FORMAT, "upto": upto, "head": head, "refusals": refusals, "state": len(text),
                          "marks": len(marks), "digest": digest}, sort_keys=True).encode()
-    write_private(path, b"".join([MAGIC, header, b"\n", text, marks]))
+    write_private(path, [MAGIC, header, b"\n", text, marks])
 
 
 def read(path: Path) -> Row | None:

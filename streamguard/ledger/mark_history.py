@@ -136,7 +136,7 @@ class MarkHistory:
         self.live = keep
         self.live_order = sorted((packed_key(m.key), name) for name, m in keep.items())
 
-    def state(self) -> tuple[dict[str, Any], bytes]:
+    def state(self) -> tuple[dict[str, Any], memoryview]:
         """Freeze, then the JSON-ready figures and strings and the table's bytes (a summary
         checkpoint, ``ledger/checkpoint.py``). ValueError if a mark cannot be packed."""
         self.freeze()

@@ -129,8 +129,7 @@ class MarkTable:
         """A table with ``marks`` (name, summary; each packable) added: a mark with a row already
         replaces it."""
         strings, index = list(self.strings), dict(self._index)
-        rows = self.rows.copy()
-        new = []
+        rows, new = self.rows, []
         for name, m in marks:
             major, minor = packed_key(m.key)
             row = (major, minor, NONE if m.position is None else m.position, NONE if m.seq is None else m.seq,
@@ -140,15 +139,22 @@ class MarkTable:
             if i is None:
                 new.append(row)
             else:
+                if rows is self.rows:  # (copied once, and only if a row changes)
+                    rows = rows.copy()
                 rows[i] = row
         if new:
-            rows = np.concatenate([rows, np.array(new, ROW)])
-            rows = rows[np.lexsort((rows["minor"], rows["major"]))]
+            added = np.array(new, ROW)
+            added = added[np.lexsort((added["minor"], added["major"]))]
+            after = not len(rows) or (int(added["major"][0]), int(added["minor"][0])) > (int(self._major[-1]),
+                                                                                           int(self._minor[-1]))
+            rows = np.concatenate([rows, added])
+            if not after:  # (marks mostly come in position order: then they all sort after the table)
+                rows = rows[np.lexsort((rows["minor"], rows["major"]))]
         return MarkTable(rows, strings)
 
-    def to_bytes(self) -> bytes:
-        """The rows, packed (little-endian, :data:`ROW`); the strings go beside them."""
-        return self.rows.tobytes()
+    def to_bytes(self) -> memoryview:
+        """The rows, packed (little-endian, :data:`ROW`; a view, not a copy); the strings go beside them."""
+        return memoryview(np.ascontiguousarray(self.rows)).cast("B")
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview, strings: list[str]) -> MarkTable:
