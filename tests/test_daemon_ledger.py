@@ -19,6 +19,7 @@ from daemon_harness import Spy, daemon_running, running
 from firmware_sim import MarkovSource
 from streamguard import MarkovChain
 from streamguard.config import Settings
+from streamguard.ledger import checkpoint
 from streamguard.ledger.store import Ledger
 from streamguard.quilt import QuiltAccountant, QuiltModel, sigma_inf
 
@@ -147,6 +148,9 @@ async def test_budget_filter_refuses_windows_beyond_the_budget_and_a_restart_rem
 
     with Ledger.open(settings.ledger_path(), readonly=True) as led:
         before = led.book("dev", "s").aggregates.count
+        # the clean stop checkpointed every event (ledger/checkpoint.py): the restart below starts from it
+        stored = checkpoint.read(checkpoint.path_of(settings.ledger_path()))
+        assert stored is not None and stored[0] == led.head[0] > 0
     # the sensor's clock goes on (frames stamped at or before the last step of the first run would
     # be redeliveries of it: no new steps)
     spy2 = await _run(settings, _frames(_states(20, seed=5), LABELS, t0=1.79e9 + 1000), "streamguard/dev/#")
