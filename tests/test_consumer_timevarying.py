@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -216,3 +217,47 @@ def test_setchain_center_member_uses_the_block_kernels() -> None:
     K = c.step_kernels(11.75 * 3600, 3)  # steps from 11:45 and 12:00
     assert np.allclose(K[0], NIGHT, atol=2e-3) and np.allclose(K[1], DAYTIME, atol=2e-3)
     assert c.law_at_ts(12 * 3600)[1] < 0.1 and c.law_at_ts(0.0)[1] > 0.9  # after 12 h of night / of daytime
+
+
+def test_consume_cli_takes_a_setchain_model(tmp_path, capsys) -> None:
+    """``streamguard consume --file CAPTURE --model MODEL.json`` on the real runtime's payloads: a
+    one-block set-chain with lo = hi = the status's chain reproduces the status-model estimate and
+    interval; a wider set keeps the estimate and widens the interval; anything but a set-chain is a
+    one-line error (exit 2)."""
+    from consumer_sim import simulate
+
+    from streamguard.cli import main
+    from streamguard.consumer.capture import CaptureWriter
+
+    P = np.array([[0.9, 0.1], [0.2, 0.8]])
+    stream = {"labels": ["vacant", "occupied"], "model": {"alpha": 0.1, "beta": 0.2}, "epsilon": 1.0}
+    sim = simulate(stream, P, 300, 7, mark_every=20)
+    path = tmp_path / "capture.jsonl"
+    w = CaptureWriter(path)
+    for m in sim.messages:
+        w.write(m)
+    w.close()
+
+    def run(*extra: str) -> dict:
+        assert main(["consume", "--file", str(path), "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["streams"]["s"]
+
+    def model(width: float) -> str:
+        lo, hi = np.clip(P - width, 0, 1), np.clip(P + width, 0, 1)
+        doc = SetChain(("vacant", "occupied"), 1.0, (Block(0.0, lo, hi, P),)).to_json()
+        f = tmp_path / f"m{width}.json"
+        f.write_text(json.dumps(doc))
+        return str(f)
+
+    base, same, wide = run(), run("--model", model(0.0)), run("--model", model(0.05))
+    assert np.allclose(same["frequency"], base["frequency"], atol=1e-4)
+    assert np.allclose(same["frequency_ci"], base["frequency_ci"], atol=1e-3)
+    assert np.allclose(wide["frequency"], base["frequency"], atol=1e-4)
+    for (lo, hi), (blo, bhi) in zip(wide["frequency_ci"], base["frequency_ci"]):
+        assert lo <= blo and hi >= bhi and hi - lo > bhi - blo + 1e-3
+    assert "set-chain" in wide["method"]
+    homog = tmp_path / "h.json"
+    homog.write_text(json.dumps({"format": "x", "kind": "rows"}))
+    assert main(["consume", "--file", str(path), "--model", str(homog)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "set-chain" in err and "\n" not in err

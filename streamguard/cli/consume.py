@@ -12,7 +12,11 @@ privatization (issue 14; docs/consumer-guide.md).
 and ``frequency_ci`` ([low, high] per state, 95%), plus ``naive``, ``method``, ``missing``, ``lost``
 and a per-device breakdown with the re-audit of the published claims (over the stated model set
 when there is one; each mark confirmed, refuted — a warning — or not checkable from what was
-received). ``gaps`` and ``missing`` count grid steps (positions) without a received record, ``lost``
+received). ``--model MODEL.json`` corrects the redaction estimates under a time-of-day set-chain
+(``streamguard calibrate``'s default output) instead of the status's homogeneous chain: the
+estimate under its center member, the 95% interval the union over its center and extreme members
+(a heuristic over the sets' vertices, not a certified bound; docs/consumer-guide.md §3b); the
+re-audit is unchanged. ``gaps`` and ``missing`` count grid steps (positions) without a received record, ``lost``
 the records known lost (seqs). ``--bucket SECONDS`` adds the
 share per time bucket; ``--plot FILE.png`` draws it. Bad arguments, an unreachable broker or an
 unreadable file: one line on stderr, exit status 2.
@@ -26,11 +30,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..chain import ModelError
 from ..config import BrokerConfig
 from ..consumer.capture import CaptureError, CaptureWriter, read_capture
 from ..consumer.collector import Collector
 from ..consumer.report import bucket_table, buckets, plot_buckets, report, table
 from ..consumer.subscribe import Selection, consume
+from ..model.setchain import SetChain, is_setchain_json
 from ..stream.transport import TransportError
 from .common import CliError
 
@@ -53,6 +59,9 @@ def register(sub: Any) -> None:
     p.add_argument("--capture", type=Path, metavar="FILE", help="also write every message received to FILE")
     p.add_argument("--bucket", type=float, metavar="SECONDS", help="add the share per time bucket of SECONDS")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the bucketed shares (needs --bucket)")
+    p.add_argument("--model", type=Path, metavar="MODEL.json",
+                   help="correct redaction estimates under this time-of-day set-chain (calibrate's default output) "
+                        "instead of the status's model")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -69,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--plot needs --bucket SECONDS")
     if args.bucket is not None and not args.bucket > 0:
         raise CliError("--bucket: must be a positive number of seconds")
+    setchain = None if args.model is None else _setchain(args.model)
     collector = Collector(args.base)
     selection = Selection(args.base, args.device, args.stream)
     if args.file is not None:
@@ -94,11 +104,11 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if writer is not None:
                 writer.close()
-    rep = report(collector)
+    rep = report(collector, setchain)
     series: dict[str, tuple[list[Any], list[dict[str, Any]]]] = {}
     if args.bucket is not None:
         for (device, stream), log in sorted(collector.streams.items()):
-            b = buckets(log, args.bucket)
+            b = buckets(log, args.bucket, setchain)
             rep["streams"][stream]["devices"][device]["buckets"] = b
             series[f"{device}/{stream}"] = (rep["streams"][stream]["labels"] or [], b)
         if args.plot is not None:
@@ -108,6 +118,23 @@ def run(args: argparse.Namespace) -> int:
         for name, (labels, bs) in series.items():
             print("\n" + bucket_table(name, labels, bs))
     return 0
+
+
+def _setchain(path: Path) -> SetChain:
+    """The set-chain of ``--model`` (one-line error on anything else)."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError:
+        raise CliError(f"--model {path}: cannot be read") from None
+    except ValueError:
+        raise CliError(f"--model {path}: not valid JSON") from None
+    if not is_setchain_json(doc):
+        raise CliError(f"--model {path}: not a time-of-day set-chain (kind 'setchain'); without --model the "
+                       "status's model is used")
+    try:
+        return SetChain.from_json(doc)
+    except ModelError as exc:
+        raise CliError(f"--model {path}: {exc}") from None
 
 
 def _selected(topic: str, s: Selection) -> bool:

@@ -19,14 +19,30 @@ import numpy as np
 
 from .audit import audit_redaction
 from .collector import Collector, StreamLog
-from .estimates import (Shares, aggregate_shares, aggregate_summary, channel_matrix, channel_shares, combine, redaction_posterior,
-                        redaction_shares, transition_intervals)
+from ..model.setchain import SetChain
+from .estimates import (EstimationModel, Shares, aggregate_shares, aggregate_summary, channel_matrix, channel_shares,
+                        combine, redaction_posterior, redaction_shares, setchain_shares, transition_intervals)
 from .model import StatusError, labels_of, published_model
 from .posterior import PosteriorError
+from .timevarying import SetChainModel
 
 
-def device_report(log: StreamLog) -> tuple[dict[str, Any], Shares | None, Shares | None]:
-    """One device's stream: the counts, the corrected estimate and the aggregate estimate."""
+def estimation_model(status: dict[str, Any], labels: list[Any], setchain: SetChain | None) -> EstimationModel:
+    """What a redaction stream's estimates are corrected under: the status's chain, or the center
+    member of a set-chain the consumer was given (``consume --model``; its labels must be the
+    stream's)."""
+    if setchain is None:
+        return published_model(status)
+    if tuple(str(x) for x in labels) != setchain.labels:
+        raise StatusError("the set-chain model's labels differ from the stream's labels")
+    return SetChainModel.center(setchain)
+
+
+def device_report(log: StreamLog, setchain: SetChain | None = None) -> tuple[dict[str, Any], Shares | None,
+                                                                             Shares | None]:
+    """One device's stream: the counts, the corrected estimate and the aggregate estimate; with a
+    ``setchain`` the redaction estimate is made under it (:func:`.estimates.setchain_shares`), the
+    re-audit still checks the producer's claims under the status's model."""
     records = log.ordered()
     gaps = log.position_gaps()
     out: dict[str, Any] = {
@@ -51,8 +67,10 @@ def device_report(log: StreamLog) -> tuple[dict[str, Any], Shares | None, Shares
         if records and log.mechanism == "redaction":
             assert log.status is not None
             model = published_model(log.status)
-            shares = redaction_shares(records, labels, model, log.restarts)
-            shares.extra["transitions_ci"] = transition_intervals(records, labels, model, log.restarts)
+            shares = (redaction_shares(records, labels, model, log.restarts) if setchain is None
+                      else setchain_shares(records, labels, setchain, log.restarts))
+            shares.extra["transitions_ci"] = transition_intervals(
+                records, labels, estimation_model(log.status, labels, setchain), log.restarts)
             out["audit"] = audit_redaction(log.status, model, records, log.restarts).as_json()
             out["warnings"] += out["audit"]["warnings"]
         elif records and log.mechanism == "channel":
@@ -78,8 +96,8 @@ def shares_json(s: Shares) -> dict[str, Any]:
             "n": s.n, **s.extra}
 
 
-def report(collector: Collector) -> dict[str, Any]:
-    """The whole report (module docstring)."""
+def report(collector: Collector, setchain: SetChain | None = None) -> dict[str, Any]:
+    """The whole report (module docstring); ``setchain``: correct redaction estimates under it."""
     by_stream: dict[str, list[StreamLog]] = defaultdict(list)
     for (_, stream), log in sorted(collector.streams.items()):
         by_stream[stream].append(log)
@@ -87,7 +105,7 @@ def report(collector: Collector) -> dict[str, Any]:
     for name, logs in by_stream.items():
         devices, parts, aggs = {}, [], []
         for log in logs:
-            d, s, a = device_report(log)
+            d, s, a = device_report(log, setchain)
             devices[log.device] = d
             if s is not None:
                 parts.append(s)
@@ -115,18 +133,18 @@ def report(collector: Collector) -> dict[str, Any]:
             "devices": collector.devices}
 
 
-def buckets(log: StreamLog, seconds: float) -> list[dict[str, Any]]:
+def buckets(log: StreamLog, seconds: float, setchain: SetChain | None = None) -> list[dict[str, Any]]:
     """Share of each state per time bucket of ``seconds`` (by record ts, UTC epoch), corrected as
     the stream's mechanism allows (the posterior restricted to the bucket's records for redaction,
-    least squares for a channel); [] when there is no corrected estimate."""
+    least squares for a channel; under ``setchain``'s center member when given); [] when there is no
+    corrected estimate."""
     records = log.ordered()
     if not records or log.status is None:
         return []
     try:
         labels = labels_of(log.status)
         if log.mechanism == "redaction":
-            model = published_model(log.status)
-            post = redaction_posterior(records, labels, model, log.restarts)
+            post = redaction_posterior(records, labels, estimation_model(log.status, labels, setchain), log.restarts)
             first = min(r.position if r.position is not None else r.seq for r in records)
             rows: dict[int, list[Any]] = defaultdict(list)
             for r in records:
