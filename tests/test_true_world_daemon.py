@@ -9,8 +9,9 @@ in-process through an extra source (the ``source = "stdin"`` path), commands thr
 its own ``ts``, so published copies map to true steps by ``ts``. The contract checked (issue 9):
 
 - every record carries ``"redaction": [r0, r1]``, consistent with what it shows;
-- for every mark (``open_marks``/``recent_marks``; mapped to its true step by ``ts``, else by
-  ``seq``, else — a non-JSON frame — by arrival order): every figure it reports
+- for every mark (``open_marks``/``recent_marks``; mapped to its true steps by position — within a
+  life the frames sent are the steps, in order — and cross-checked with its ``ts`` or ``seq``; a run
+  of private steps covers position..``last``, issue 28): every figure it reports
   (``leakage.total``, ``achieved.total``) ≥ the true leakage − 1e-9; if it says ``honoured``, the
   true leakage for the true μ, and for every initial law (item 9), is ≤ ε·(1+1e-9);
 - every step the daemon could know to be private (flag, redelivered flag, command, schedule,
@@ -286,54 +287,77 @@ def evaluate(w: World, out: Outcome) -> Verdict:
     rows = np.array([combine_copies(c, k) for c in copies])
     truth: dict[int, float] = {}
     marks_of: dict[int, list[dict[str, Any]]] = {}
-    blind_seen: dict[int, int] = {}  # daemon position → true step of marks without ts or seq
+    step_at = _steps_by_position(w, out, problems)
     for life, (marks, still_open) in enumerate(zip(out.marks, out.open_after)):
         # a mark whose right window reaches past the last reading stays open (a later run keeps
         # protecting it); its 'leakage' figure is checked like every other one
         # a mark restored from an earlier life (its window was open at the stop) keeps its position
-        blind = sorted((m for m in marks if m.get("ts") is None and m.get("seq") is None
-                        and m.get("position") not in blind_seen), key=lambda m: m.get("position", 0))
-        blind_steps = [t for kind, t, data in w.lives[life] if kind == "frame" and t >= 0 and data == NOT_JSON]
-        if len(blind) != len(blind_steps):
-            problems.append(f"life {life}: {len(blind)} marks without ts or seq for {len(blind_steps)} non-JSON frames")
         for mk in marks:
-            if mk.get("ts") is not None:
-                t = step_of_ts.get(mk["ts"])
-            elif mk.get("seq") is not None:
-                t = step_of_seq.get(mk["seq"], next((s for s, q in w.seq_of.items() if q == mk["seq"]), None))
-            elif mk.get("position") in blind_seen:
-                t = blind_seen[mk["position"]]
-            else:
-                k = blind.index(mk)
-                t = blind_steps[k] if k < len(blind_steps) else None
-                if t is not None:
-                    blind_seen[mk["position"]] = t
-            if t is None:
-                problems.append(f"life {life}: a mark maps to no true step: {mk}")
+            pos = mk.get("position")
+            # a run of private steps (issue 28) is one mark over positions position..last, each
+            # of whose true steps it must protect
+            named = (step_of_ts.get(mk["ts"]) if mk.get("ts") is not None else
+                     step_of_seq.get(mk["seq"], next((s for s, q in w.seq_of.items() if q == mk["seq"]), None))
+                     if mk.get("seq") is not None else None)
+            # (a mark on a step decided too long ago has no position: the step it names)
+            at = [named] if pos is None else [step_at.get(q) for q in range(pos, mk.get("last", pos) + 1)]
+            if None in at or (named is not None and named != at[0]):
+                problems.append(f"life {life}: a mark maps to no true step (or to another than it names): {mk}")
                 continue
-            marks_of.setdefault(t, []).append(mk)
-            if t not in truth:
-                truth[t] = true_leakage(P, w.mu, rows, t).total
-            true = truth[t]
-            figures = {"leakage": (mk.get("leakage") or {}).get("total"),
-                       "achieved": (mk.get("achieved") or {}).get("total")}
-            if figures["leakage"] is None:
-                problems.append(f"step {t} (seq {mk.get('seq')}): the mark reports no 'leakage' figure")
-            for name, fig in figures.items():
-                if fig is not None and _number(fig) < true - TOL:
-                    problems.append(f"step {t} (seq {mk.get('seq')}): reported {name} {_number(fig):.6g} "
-                                    f"< true leakage {true:.6g}")
-            if mk.get("honoured"):
-                worst = worst_over_initial(P, rows, t).total
-                if true > w.epsilon * (1 + TOL):
-                    problems.append(f"step {t} (seq {mk.get('seq')}): honoured, but the true leakage "
-                                    f"{true:.6g} > ε = {w.epsilon:.6g}")
-                elif worst > w.epsilon * (1 + TOL):
-                    problems.append(f"step {t} (seq {mk.get('seq')}): honoured, but for some initial law the "
-                                    f"leakage is {worst:.6g} > ε = {w.epsilon:.6g}")
+            for t in at:
+                _check_mark(w, P, rows, t, mk, truth, marks_of, problems)
+    covered = set(marks_of)
+    for life, frames in enumerate(w.lives):
+        bare = [t for kind, t, data in frames if kind == "frame" and t >= 0 and data == NOT_JSON and t not in covered]
+        if bare:
+            problems.append(f"life {life}: non-JSON frames (private anyway) without a mark: steps {bare}")
     for t in sorted(w.private - set(marks_of)):
         problems.append(f"private step {t} (ts {w.ts[t]}) has no mark")
     return Verdict(rows, truth, problems, marks_of)
+
+
+def _steps_by_position(w: World, out: Outcome, problems: list[str]) -> dict[int, int]:
+    """Daemon position → true step. Within a life every frame sent with a step (t ≥ 0) is a new
+    step, in order (each carries its step's ts, or none); a life's first position is anchored on
+    a published record of it (position and ts), else continues the previous life's."""
+    pos_of_ts = {r["ts"]: r["position"] for r in out.records if r.get("position") is not None}
+    step_at: dict[int, int] = {}
+    base = 0
+    for life, frames in enumerate(w.lives):
+        steps = [t for kind, t, _ in frames if kind == "frame" and t >= 0]
+        anchors = {pos_of_ts[w.ts[t]] - i for i, t in enumerate(steps) if w.ts[t] in pos_of_ts}
+        if len(anchors) > 1:
+            problems.append(f"life {life}: the published positions do not follow the frames sent")
+        base = min(anchors) if anchors else base
+        step_at.update({base + i: t for i, t in enumerate(steps)})
+        base += len(steps)
+    return step_at
+
+
+def _check_mark(w: World, P: np.ndarray, rows: np.ndarray, t: int, mk: dict[str, Any], truth: dict[int, float],
+                marks_of: dict[int, list[dict[str, Any]]], problems: list[str]) -> None:
+    """Every figure a mark reports about true step t is ≥ its true leakage; honoured: ≤ ε for the
+    true μ and for every initial law."""
+    marks_of.setdefault(t, []).append(mk)
+    if t not in truth:
+        truth[t] = true_leakage(P, w.mu, rows, t).total
+    true = truth[t]
+    figures = {"leakage": (mk.get("leakage") or {}).get("total"),
+               "achieved": (mk.get("achieved") or {}).get("total")}
+    if figures["leakage"] is None:
+        problems.append(f"step {t} (seq {mk.get('seq')}): the mark reports no 'leakage' figure")
+    for name, fig in figures.items():
+        if fig is not None and _number(fig) < true - TOL:
+            problems.append(f"step {t} (seq {mk.get('seq')}): reported {name} {_number(fig):.6g} "
+                            f"< true leakage {true:.6g}")
+    if mk.get("honoured"):
+        worst = worst_over_initial(P, rows, t).total
+        if true > w.epsilon * (1 + TOL):
+            problems.append(f"step {t} (seq {mk.get('seq')}): honoured, but the true leakage "
+                            f"{true:.6g} > ε = {w.epsilon:.6g}")
+        elif worst > w.epsilon * (1 + TOL):
+            problems.append(f"step {t} (seq {mk.get('seq')}): honoured, but for some initial law the "
+                            f"leakage is {worst:.6g} > ε = {w.epsilon:.6g}")
 
 
 async def check_world(broker: Broker, w: World, workdir: Path) -> Verdict:
