@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = "\n\n".join([
         "# The ledger at a daemon's start: full replay against the summary checkpoint",
         environment_line(env),
-        "One stream of redaction marks (committed 500 at a time). Each start in a fresh interpreter that first imports the daemon; the targets apply to the checkpoint starts "
+        "One stream of redaction marks (committed 500 at a time). Each start in a fresh interpreter that first "
+        "imports the daemon; the targets apply to the checkpoint starts "
         f"(a full replay happens once, on the first start of a ledger written before checkpoints). The tail is "
         f"{CHECKPOINT_EVERY - 1:,} marks after the checkpoint (a crash just before the next one).",
         table, "The checkpoint (written every "

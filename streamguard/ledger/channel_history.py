@@ -124,8 +124,8 @@ class ChannelHistory:
     def state(self) -> dict[str, Any]:
         """JSON-ready state (a summary checkpoint, ``ledger/checkpoint.py``): exact sums as fractions
         in text."""
-        return {"count": self.count, "span": self.span, "channels": sorted(self.channels), "models": sorted(self.models),
-                "recent": list(self.recent), "ldp_runs": [[s, e, str(v)] for s, e, v in self.ldp_runs.segments()],
+        return {"count": self.count, "span": self.span, "channels": sorted(self.channels),
+                "models": sorted(self.models), "recent": list(self.recent), "ldp_runs": [[s, e, str(v)] for s, e, v in self.ldp_runs.segments()],
                 "ldp_peak": None if self.ldp_peak is None else str(self.ldp_peak), "ldp_inf": self.ldp_inf,
                 "notions": {k: [v.best, v.clash, v.cover.state()] for k, v in self.notions.items()},
                 "stated": self.stated, "pairs": sorted(self.pairs, key=repr), "cover": self.cover.state(),
@@ -139,7 +139,8 @@ class ChannelHistory:
         return cls(int(doc["count"]), stored_span(doc["span"]), set(doc["channels"]), set(doc["models"]),
                    deque((tuple(r) for r in doc["recent"]), KEEP), runs,
                    None if doc["ldp_peak"] is None else Fraction(doc["ldp_peak"]), bool(doc["ldp_inf"]),
-                   {k: NotionHistory(float(b), bool(c), Coverage.from_state(cov)) for k, (b, c, cov) in doc["notions"].items()},
+                   {k: NotionHistory(float(b), bool(c), Coverage.from_state(cov))
+                    for k, (b, c, cov) in doc["notions"].items()},
                    int(doc["stated"]), {(c, m) for c, m in doc["pairs"]}, Coverage.from_state(doc["cover"]),
                    bool(doc["twice"]), None if doc["leak_max"] is None else float(doc["leak_max"]))
 

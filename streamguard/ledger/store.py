@@ -14,15 +14,15 @@ the safe side.)
 (:class:`~streamguard.ledger.book.StreamBook`: fresh quilt accountants, marks, channels), so a
 restart never forgets spent budget — starting from the summary checkpoint when it matches the
 events (only the events after it are read; ``ledger/checkpoint.py``: written every
-``CHECKPOINT_EVERY`` events and at a clean close, never the record of truth). The derived
-state stored with every aggregate commit — each accountant's load segments, its ε_max and the last event it includes (notes/002 §4.8: "persist ρ
-run-lengths and the release log") — is checked against the replay: different loads or an
-ε_max below the stored one (an under-count) raise :class:`LedgerCorrupt`; the ledger does not
-open on a state it cannot reproduce. The replay evaluates ε once over all positions instead of
-release by release, which can change the last bits: a replayed ε_max at most :data:`SAME_RTOL`
-above the stored one is the same figure, and the stored one is kept (so a restart changes no
-budget decision), as is a stored one above the replay; a replay further above is kept (more
-conservative, with a warning).
+``CHECKPOINT_EVERY`` events and at a clean close, never the record of truth). The derived state
+stored with every aggregate commit — each accountant's load segments, its ε_max and the last event
+it includes (notes/002 §4.8: "persist ρ run-lengths and the release log") — is checked against the
+replay: different loads or an ε_max below the stored one (an under-count) raise
+:class:`LedgerCorrupt`; the ledger does not open on a state it cannot reproduce. The replay
+evaluates ε once over all positions instead of release by release, which can change the last bits:
+a replayed ε_max at most :data:`SAME_RTOL` above the stored one is the same figure, and the stored
+one is kept (so a restart changes no budget decision), as is a stored one above the replay; a
+replay further above is kept (more conservative, with a warning).
 
 **Integrity chain.** Each event row carries digest_n = SHA-256(digest_{n−1} ‖ id ‖ canonical
 JSON), so an exported ledger with an edited or deleted event is detected offline
