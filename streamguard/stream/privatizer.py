@@ -315,10 +315,10 @@ class StreamPrivatizer:
     #: The plan's certificate over ``region`` (its window and worst case, krobust): an on-time mark
     #: whose window it covers takes its bound (plus the law's drift) without a search.
     region_table: CertifiedTable | None = None
-    #: Called for each decided record with a seq, in order, as (phys, released state or None, row)
-    #: — the drift guard. It may call :meth:`fail_closed`; the records of the same decision that
-    #: follow are then settled as if decided after it (:meth:`_decide`).
-    observer: Callable[[int, int | None, tuple[float, ...]], None] | None = None
+    #: Called for each decided record with a seq, in order, as (phys, ts — NaN when unknown —,
+    #: released state or None, row) — the drift guard. It may call :meth:`fail_closed`; the
+    #: records of the same decision that follow are then settled as if decided after it (:meth:`_decide`).
+    observer: Callable[[int, float, int | None, tuple[float, ...]], None] | None = None
     #: While set, nothing is decided (neither by ``delay`` nor by ``max_hold``): the owner cannot yet
     #: tell whether a step is private (stream/vouch.py); what is due is decided once it is cleared.
     held: bool = False
@@ -916,7 +916,7 @@ class StreamPrivatizer:
                 continue
             releases.append(Release(p.seq, p.phys, p.ts, None if y < 0 else y, r))
             if self.observer is not None and self.closed_reason is None:
-                self.observer(p.phys, releases[-1].state, r)
+                self.observer(p.phys, p.ts, releases[-1].state, r)
                 if self.closed_reason is not None and i + 1 < count:
                     self._settle_closed(batch, i + 1, rows_l, out)
         while len(self._rows) > self._keep:

@@ -20,7 +20,7 @@ from ..redaction.plan import OverBudget, StreamPlan, within
 from ..redaction.plan_cache import PlanCache, cached_plan_stream
 from ..sampling import BitSource, KeystreamSource
 from ..ledger.events import DriftEvent, RedactionEvent
-from ..model.drift import DriftGuard
+from ..model.block_drift import BlockDriftGuard, DriftState, StateError, partition_for
 from ..model.modelset import ModelSet
 from ..model.krobust import RobustKStreamPlan, region, robust_kstream_plan
 from ..model.robust import RobustStreamPlan
@@ -110,8 +110,9 @@ class RedactionRuntime(StreamRuntime):
         guarded = self.model_set or ModelSet("finite", self.chain.k, point=self.chain, members=(self.chain,))
         #: The id of the model (set) the drift alarm concerns (ledger drift events name it).
         self.model_id = guarded.digest()
-        #: The drift guard, reading only what is released unchanged (streamguard.model.drift).
-        self.drift = DriftGuard(guarded, cfg.drift_false_alarm) if guard_on else None
+        #: The drift guard per time-of-day block, reading only what is released unchanged; its
+        #: counts persist beside the outbox (streamguard.model.block_drift).
+        self.drift = self._new_guard(guarded, cfg.drift_false_alarm) if guard_on else None
         if resume.drift is not None and resume.drift.raised:
             self._restore_drift(resume.drift, guarded)
         if self.drift is not None:  # it reads each decision as it is made, inside a group too
@@ -315,7 +316,10 @@ class RedactionRuntime(StreamRuntime):
 
     def drain(self) -> list[Release]:
         self._flush_aggregates()
-        return self._count(self._take_owed(time.time()) + self.core.drain())
+        out = self._count(self._take_owed(time.time()) + self.core.drain())
+        if self.drift is not None:  # (the evidence gathered since the last test carries over)
+            self.drift.persist()
+        return out
 
     def _count(self, releases: list[Release]) -> list[Release]:
         for r in releases:
@@ -325,11 +329,28 @@ class RedactionRuntime(StreamRuntime):
                 self.counters.released += 1
         return releases
 
-    def _watch_drift(self, phys: int, state: int | None, row: tuple[float, ...]) -> None:
-        """The core's observer: the drift guard reads each decision in order; when it fires, the
-        core fails closed before the next record of the same decision (privatizer._settle_closed)."""
+    def _new_guard(self, guarded: ModelSet, false_alarm: float) -> BlockDriftGuard:
+        """The drift guard, continuing the counts persisted for this model (model/block_drift.py).
+        A state file that cannot be read fails closed: one ERROR line, the alarm holds for this
+        run, and the file is left as it is (removing it starts the test afresh)."""
+        part, state = partition_for(guarded), DriftState.beside(self.settings.outbox.path, self.name)
+        try:
+            return BlockDriftGuard(part, self.model_id, false_alarm, state=state)
+        except StateError as exc:
+            log.error("stream %s: drift guard: %s: failing closed (marks' windows fully redacted, aggregates "
+                      "stop); remove the file to restart the test", self.name, exc)
+            guard = BlockDriftGuard(part, self.model_id, false_alarm)  # (no state: nothing is overwritten)
+            guard.restore(0)
+            self._fail_closed()
+            return guard
+
+    def _watch_drift(self, phys: int, ts: float, state: int | None, row: tuple[float, ...]) -> None:
+        """The core's observer: the drift guard reads each decision in order (a record without a
+        time is placed by the clock at its decision: a block chosen before the next state is seen
+        keeps the test valid); when it fires, the core fails closed before the next record of the
+        same decision (privatizer._settle_closed)."""
         assert self.drift is not None
-        if self.drift.released(phys, state, row):
+        if self.drift.released(phys, ts if math.isfinite(ts) else time.time(), state, row):
             self._on_drift()
 
     def _on_drift(self) -> None:
@@ -363,7 +384,7 @@ class RedactionRuntime(StreamRuntime):
                 reason=f"a new model set replaces {event.model}, under which the alarm was raised"))
             return
         if self.drift is None:
-            self.drift = DriftGuard(guarded, event.false_alarm)
+            self.drift = self._new_guard(guarded, event.false_alarm)
         self.drift.restore(event.transitions)
         log.warning("stream %s: still in DRIFT — the alarm raised before the restart (ledger) holds under the "
                     "same model set %s: marks' windows are fully redacted and aggregates stop; re-calibrate "
