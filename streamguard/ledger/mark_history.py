@@ -88,6 +88,8 @@ class MarkHistory:
     live: dict[str, MarkSummary] = field(default_factory=dict)
     live_order: list[tuple[tuple[int, int], str]] = field(default_factory=list)  # (packed key, name), sorted
     worst: str | None = None
+    #: (total, key) of the worst mark, kept so that a new mark is compared without looking it up
+    worst_rank: tuple[float, tuple[tuple[int, int], int]] | None = field(default=None, repr=False, compare=False)
     not_honoured: int = 0
     span: tuple[int, int] | None = None
 
@@ -118,16 +120,20 @@ class MarkHistory:
             honoured = mark.honoured
             mark.add(ev)
             self.not_honoured += honoured and not mark.honoured
-        if self.worst is None or self._before(mark, self.get(self.worst)):
-            self.worst = name
+        if self.worst is not None and self.worst_rank is None:  # (restored from a checkpoint)
+            worst = self.get(self.worst)
+            self.worst_rank = (worst.total, worst.key)
+        if self.worst_rank is None or name == self.worst or self._before(mark, self.worst_rank):
+            self.worst, self.worst_rank = name, (mark.total, mark.key)
         sp = ev.span()
         if sp is not None:
             self.span = widen(self.span, sp)
 
     @staticmethod
-    def _before(a: MarkSummary, b: MarkSummary) -> bool:
-        """Whether mark ``a`` is worse than ``b``: a larger leakage, or the same and sorted first."""
-        return a.total > b.total or (a.total == b.total and a.key < b.key)
+    def _before(a: MarkSummary, rank: tuple[float, tuple[tuple[int, int], int]]) -> bool:
+        """Whether mark ``a`` is worse than the mark of ``rank`` (total, key): a larger leakage, or
+        the same and sorted first."""
+        return a.total > rank[0] or (a.total == rank[0] and a.key < rank[1])
 
     def freeze(self) -> None:
         """Move the live marks into the table (but any whose key cannot be packed)."""
