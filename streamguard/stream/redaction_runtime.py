@@ -258,7 +258,8 @@ class RedactionRuntime(StreamRuntime):
         time and no missing slot before it, private, right after an open run in which every
         undecided step lies (privatizer.open_run), of a stream without aggregate windows (they
         observe each step), and only once the bucket is empty."""
-        self._tokens = min(HOSTILE_PER_SECOND, self._tokens + (now - self._tokens_at) * HOSTILE_PER_SECOND)
+        elapsed = max(0.0, now - self._tokens_at)  # (a wall clock stepped back refills nothing)
+        self._tokens = min(HOSTILE_PER_SECOND, self._tokens + elapsed * HOSTILE_PER_SECOND)
         self._tokens_at = now
         if self._tokens >= 1.0:
             self._tokens -= 1.0
