@@ -50,7 +50,8 @@ def _runtime(tmp_path: Path) -> RedactionRuntime:
                            "design": "exact", "source": "mqtt", "drift_guard": True, "delay": 2}],
                  deterministic_seed=11)
     rt = make_runtime(s, s.streams[0], bit_source(11, 0))
-    assert isinstance(rt, RedactionRuntime)
+    assert isinstance(rt, RedactionRuntime) and rt.drift is not None
+    rt.drift.check_every = 16  # (the timing of the marks below is set for a test every 16 transitions)
     return rt
 
 
@@ -75,8 +76,8 @@ def _after_alarm_not_closed(rt: RedactionRuntime, feed) -> list[tuple[int, tuple
     fired: list[int] = []
     inner = rt.drift.released
 
-    def released(phys, state, row):  # type: ignore[no-untyped-def]
-        hit = inner(phys, state, row)
+    def released(phys, ts, state, row):  # type: ignore[no-untyped-def]
+        hit = inner(phys, ts, state, row)
         if hit:
             fired.append(phys)
         return hit
