@@ -29,6 +29,7 @@ DEVICE, STREAM, BASE = "kitchen-pi", "occupancy", "streamguard"
 RAW_TOPIC = f"{BASE}/{DEVICE}/{STREAM}/raw"
 DATA_TOPIC = f"{BASE}/{DEVICE}/{STREAM}/data"
 STOP_TIMEOUT = 30.0
+PUBLISH_TIMEOUT = 60.0  # a paced publish's acknowledgement (aiomqtt's 10 s is short on a loaded machine)
 
 
 def example_config(path: Path, port: int, state: Path, *, schedule: bool = False, device: str = DEVICE,
@@ -132,7 +133,7 @@ async def paced(client: aiomqtt.Client, topic: str, rate: float, seconds: float,
     while (now := time.monotonic()) - t0 < seconds:
         if (wait := t0 + i / rate - now) > 0:
             await asyncio.sleep(wait)
-        await client.publish(topic, make(i), qos=1)
+        await client.publish(topic, make(i), qos=1, timeout=PUBLISH_TIMEOUT)
         i += 1
         if tick is not None and every and time.monotonic() - last >= every:
             last = time.monotonic()
