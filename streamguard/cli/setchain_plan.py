@@ -1,6 +1,8 @@
-"""``plan --model MODEL.json`` when MODEL.json holds a set-chain (``"kind": "setchain"``): the window
-plan of every time-of-day block and what a mark costs in records and in time
-(streamguard.model.tv_plan; docs/time-varying.md §5)."""
+"""``plan --model MODEL.json`` when MODEL.json holds a set-chain (``"kind": "setchain"``): what a mark
+costs in records and in time — the scenario plan of every hour of the day, when the model carries its
+calibration's counts (streamguard.model.scenarios; docs/time-varying.md §7), and the certified
+window plan of every time-of-day block (streamguard.model.tv_plan; §5). With scenarios, the exit
+status follows the scenario plans (the certified ones may refuse: §6)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Any
 
 from ..chain import ModelError
 from ..model.setchain import SetChain, is_setchain_json
-from ..model import tv_plan
+from ..model import scenarios, tv_plan
+from ..model.scenarios import hour_plans
 from ..model.tv_plan import block_plans, duration
 from .common import CliError
 
@@ -65,11 +68,25 @@ def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
                        left_seconds=bp.left * sc.sample_period, right_seconds=bp.right * sc.sample_period)
         rows.append(row)
     missing = [i for i, bp in enumerate(plans) if bp is None]
+    hours = None if sc.scenarios is None else hour_plans(sc.scenarios, sc.sample_period, args.epsilon)
+    hour_rows = None if hours is None else [
+        {"hour": h, **({} if hp is None else {"left": hp.left, "right": hp.right, "redacted": hp.redacted,
+                                                "left_seconds": hp.left * sc.sample_period,
+                                                "right_seconds": hp.right * sc.sample_period})}
+        for h, hp in enumerate(hours)]
     if args.json:
         print(json.dumps({"kind": "setchain", "epsilon": args.epsilon, "sample_period": sc.sample_period,
-                          "memory": sc.memory,
-                          "blocks": rows, "refused": missing}))
+                          "memory": sc.memory, "blocks": rows, "refused": missing,
+                          **({} if hour_rows is None else {"scenario_hours": hour_rows})}))
     else:
+        if hours is not None:
+            n_days = len(sc.scenarios.days) if sc.scenarios is not None else 0
+            print(f"window plans per hour of the day, exact under every calibration scenario (the time-of-day "
+                  f"chain, each of the {n_days} recorded days' chains, the pooled chain), ε={args.epsilon:g} nats, "
+                  "any law before the window (docs/time-varying.md §7):")
+            for h, hp in enumerate(hours):
+                print(f"  {hp.cost_text()}" if hp is not None else
+                      f"  a mark at {h:02d}:00: no window of at most {scenarios.MAX_RECORDS} records a side meets ε")
         order = "" if sc.memory == 1 else f", kernels depending on the last {sc.memory} states"
         print(f"window plans per time-of-day block over the set-chain ({len(sc.blocks)} blocks, "
               f"{sc.k} states, sample period {duration(sc.sample_period)}{order}), ε={args.epsilon:g} nats; "
@@ -79,6 +96,11 @@ def cmd_plan_setchain(args: argparse.Namespace, sc: SetChain) -> int:
                 print(f"block {i}: no window of at most {tv_plan.MAX_RECORDS} records a side meets ε ({_slowest(sc, i)})")
             else:
                 print(f"block {i}: {bp.cost_text()}")
+    if hours is not None:
+        lacking = [h for h, hp in enumerate(hours) if hp is None]
+        if lacking:
+            raise CliError(f"no scenario plan meets ε={args.epsilon:g} for hour(s) {', '.join(map(str, lacking))}")
+        return 0
     if missing:
         raise CliError(f"no window plan meets ε={args.epsilon:g} for block(s) {', '.join(map(str, missing))}")
     return 0

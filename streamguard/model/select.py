@@ -57,6 +57,7 @@ from numpy.typing import NDArray
 
 from ..chain import ModelError
 from .confidence import entry_bounds, row_threshold
+from .scenarios import Scenarios
 from .setchain import Block, SetChain
 
 DAY = 86400.0
@@ -329,8 +330,9 @@ def select_setchain(tr: Transitions, labels: tuple[str, ...], sample_period: flo
         "tests": [t.as_dict() for t in (tod, drift, second)], "merges": merges,
         "cells": n_cells, "delta_per_cell": delta_cell, "min_visits": min_visits,
         "blocks": table, "covered": covered, "not_covered": not_covered}
+    scenarios = Scenarios.from_transitions(tr.ts, tr.prev, tr.nxt, k, utc_offset)
     return SetChain(tuple(labels), float(sample_period), _blocks(per_block), utc_offset=float(utc_offset),
-                    calibration=calibration)
+                    calibration=calibration, scenarios=scenarios)
 
 
 def _blocks(per_block: list[tuple[list[int], Any, Any, Any, int]]) -> tuple[Block, ...]:

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..chain import ModelError
+from .scenarios import Scenarios
 
 KIND = "setchain"
 VERSION = 1
@@ -107,6 +108,9 @@ class SetChain:
     utc_offset: float = 0.0
     calibration: dict[str, Any] | None = None
     memory: int = 1
+    #: Transition counts per hour and per day of the calibration recording, from which the
+    #: scenario plans are made (:mod:`.scenarios`); None for a hand-written set-chain.
+    scenarios: Scenarios | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
@@ -116,6 +120,8 @@ class SetChain:
         k = self.blocks[0].k
         if any(b.k != k for b in self.blocks):
             raise ModelError("set-chain: every block must have the same number of states")
+        if self.scenarios is not None and self.scenarios.k != k:
+            raise ModelError("set-chain: the scenarios' counts must have as many states as the blocks")
         if len(self.labels) != k or len(set(self.labels)) != k:
             raise ModelError(f"set-chain: needs {k} distinct labels")
         if not (math.isfinite(self.sample_period) and self.sample_period > 0):
@@ -175,6 +181,8 @@ class SetChain:
                              "blocks": [b.to_dict() for b in self.blocks]}
         if self.calibration is not None:
             d["calibration"] = self.calibration
+        if self.scenarios is not None:
+            d["scenarios"] = self.scenarios.to_dict()
         return d
 
     def dumps(self) -> str:
@@ -190,7 +198,8 @@ class SetChain:
             blocks = tuple(Block.from_dict(b) for b in d["blocks"])
             return cls(labels=tuple(d["labels"]), sample_period=float(d["sample_period"]), blocks=blocks,
                        period=float(d.get("period", 86400.0)), utc_offset=float(d.get("utc_offset", 0.0)),
-                       calibration=d.get("calibration"), memory=d.get("memory", 1))
+                       calibration=d.get("calibration"), memory=d.get("memory", 1),
+                       scenarios=None if d.get("scenarios") is None else Scenarios.from_dict(d["scenarios"]))
         except ModelError:
             raise
         except (KeyError, TypeError, ValueError) as e:

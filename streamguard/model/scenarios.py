@@ -1,0 +1,223 @@
+"""Scenario plans: window plans per hour of the day that hold exactly under every chain the
+calibration days showed (issue 25 items 1–3; docs/time-varying.md §7).
+
+Why. The certified set-chain plans (:mod:`.tv_plan`) need every per-step set to bound leaving a
+state away from 0; on real homes the confidence sets do not (a quiet night has no departure), and
+every block is refused. Today's robust homogeneous plans hold on the held-out halves of the shared
+traces with a margin of 100–300× (leakage 0.003–0.2 ε) and cost 9.7 h to 3.2 days per mark. This
+module plans against a *finite scenario set* read off the calibration recording instead:
+
+- **time of day**: the 24 hourly kernels (the step from a record uses the kernel of its local hour);
+- **each calendar day** d of the recording: that day's kernel, held for the whole window;
+- **pooled**: the kernel of the whole recording.
+
+Every kernel is the Dirichlet-½ posterior mean of its counts, (n_ab + ½) / (n_a + k/2): never 0, so
+every scenario forgets and every mark has a finite window.
+
+The figure. For one fixed kernel sequence and a window [p − L, p + R] redacted surely (records at
+p − L − 1 and p + R + 1 released, and what lies beyond them independent of X_p given them), the
+leakage about the pair (a, b) is, with U = K_{p−L−1}⋯K_{p−1} and T = K_p⋯K_{p+R},
+
+    left_ab(L)  = max_x g(x) − min_x g(x),   g(x) = log U(x, a) − log U(x, b)
+    right_ab(R) = max_x log T(a, x) − log T(b, x)
+
+and L(X_p → Y) = max over ordered pairs of left_ab + right_ab. The left term is the worst case over
+every law of X_{p−L−1} (the ratio π_p(b)/π_p(a) of π_p = νU is largest at a vertex ν = e_x;
+docs/initial-law.md's conservative reading): nothing is assumed about the chain before the window.
+Both terms are exact for the sequence. A plan must also hold when another mark's window lengthens
+this one (union of windows), so each term is replaced by its running maximum over longer sides; a
+released record that another plan hides only garbles the output (data processing).
+
+The design, per hour h of the local day: the smallest L + R (then the smallest max(L, R)) such that
+for every scenario and every position of a mark in the hour (on a grid of ``step`` seconds from
+local midnight, at most 60 positions) the figure is ≤ ε − ``SLACK``. Day and pooled scenarios do not
+depend on the position. A mark at 03:00 and one at 18:00 get the windows of their hours.
+
+What this is, said plainly: an exact guarantee under each scenario (the chains the calibration
+data showed), not a confidence statement — a day unlike every calibration day is not covered, which
+is what the per-block drift guard (:mod:`.block_drift`) watches. On the three shared traces the
+plans hold under the chains fitted to the held-out halves (benchmarks/real_homes.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..chain import ModelError
+
+DAY, HOUR = 86400.0, 3600.0
+#: Longest side searched, in records.
+MAX_RECORDS = 2880
+#: Kept below ε on every figure (float rounding of the kernel products).
+SLACK = 1e-9
+#: Most mark positions per hour tried for the time-of-day scenario.
+MAX_POSITIONS = 60
+
+Arr = NDArray[np.float64]
+
+
+def smoothed(counts: NDArray[np.int64]) -> Arr:
+    """Dirichlet-½ posterior mean of transition counts (..., k, k): never 0, rows sum to 1."""
+    c = np.asarray(counts, dtype=np.float64) + 0.5
+    return c / c.sum(axis=-1, keepdims=True)
+
+
+@dataclass(frozen=True, eq=False)
+class Scenarios:
+    """Transition counts of a calibration recording: per local hour (24, k, k) and per local
+    calendar day (D, k, k) (``days``: the day numbers, epoch days of the local clock)."""
+
+    hourly: NDArray[np.int64]
+    daily: NDArray[np.int64]
+    days: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        h = np.asarray(self.hourly, dtype=np.int64)
+        d = np.asarray(self.daily, dtype=np.int64).reshape(-1, *h.shape[1:])
+        object.__setattr__(self, "hourly", h)
+        object.__setattr__(self, "daily", d)
+        object.__setattr__(self, "days", tuple(int(x) for x in self.days))
+        if h.ndim != 3 or h.shape[0] != 24 or h.shape[1] != h.shape[2] or h.shape[1] < 2:
+            raise ModelError("scenarios: hourly counts must be 24 × k × k")
+        if np.any(h < 0) or np.any(d < 0) or d.shape[0] != len(self.days):
+            raise ModelError("scenarios: counts must be ≥ 0, one k × k table per day")
+
+    @property
+    def k(self) -> int:
+        return int(self.hourly.shape[1])
+
+    @classmethod
+    def from_transitions(cls, ts: NDArray[np.float64], src: NDArray[np.int64], dst: NDArray[np.int64], k: int,
+                         utc_offset: float) -> "Scenarios":
+        """Counts of the transitions src → dst whose source record is at epoch ``ts``."""
+        local = np.asarray(ts, dtype=np.float64) + utc_offset
+        hours = (np.mod(local, DAY) // HOUR).astype(np.int64)
+        day = np.floor(local / DAY).astype(np.int64)
+        hourly = np.zeros((24, k, k), dtype=np.int64)
+        np.add.at(hourly, (hours, src, dst), 1)
+        days, inv = np.unique(day, return_inverse=True)
+        daily = np.zeros((days.size, k, k), dtype=np.int64)
+        np.add.at(daily, (inv, src, dst), 1)
+        return cls(hourly, daily, tuple(days.tolist()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hourly": self.hourly.tolist(), "daily": self.daily.tolist(), "days": list(self.days)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Scenarios":
+        try:
+            return cls(np.array(d["hourly"], dtype=np.int64), np.array(d["daily"], dtype=np.int64), tuple(d["days"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelError(f"scenarios: malformed ({e.__class__.__name__})") from None
+
+    def constant_kernels(self) -> list[tuple[str, Arr]]:
+        """The scenarios whose kernel does not change over a window: each day's, and the pooled one."""
+        out = [(f"day {dt_text(d)}", kern) for d, kern in zip(self.days, smoothed(self.daily))]
+        return out + [("pooled", smoothed(self.hourly.sum(axis=0)))]
+
+
+def dt_text(epoch_day: int) -> str:
+    """An epoch day number as YYYY-MM-DD."""
+    import datetime as _dt
+
+    return (_dt.date(1970, 1, 1) + _dt.timedelta(days=int(epoch_day))).isoformat()
+
+
+# ----------------------------------------------------------------------------------- the figure
+def _pairs(k: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    a, b = np.nonzero(~np.eye(k, dtype=bool))
+    return a, b
+
+
+def side_terms(left_k: Arr, right_k: Arr) -> tuple[Arr, Arr]:
+    """Exact one-side terms for positions m (module docstring), shaped (n_steps, M, n_pairs):
+    ``left_k[m, j]`` is the kernel of the step from X_{p−j−1} (j = 0, 1, …), ``right_k[m, o]`` that
+    of the step from X_{p+o}. Row L of the left result is left_ab(L), row R of the right right_ab(R)."""
+    M, _, k, _ = left_k.shape
+    a, b = _pairs(k)
+    lft = np.empty((left_k.shape[1], M, a.size))
+    rgt = np.empty((right_k.shape[1], M, a.size))
+    U = np.broadcast_to(np.eye(k), (M, k, k)).copy()
+    for w in range(left_k.shape[1]):
+        U = np.einsum("mij,mjk->mik", left_k[:, w], U)   # X_{p−w−1} → X_p
+        logU = np.log(U)
+        g = logU[:, :, a] - logU[:, :, b]                  # (M, x, pair)
+        lft[w] = g.max(axis=1) - g.min(axis=1)
+    T = np.broadcast_to(np.eye(k), (M, k, k)).copy()
+    for o in range(right_k.shape[1]):
+        T = np.einsum("mij,mjk->mik", T, right_k[:, o])  # X_p → X_{p+o+1}
+        logT = np.log(T)
+        rgt[o] = (logT[:, a, :] - logT[:, b, :]).max(axis=2)
+    return lft, rgt
+
+
+def _envelope(x: Arr) -> Arr:
+    """Running maximum over longer sides (axis 0 reversed)."""
+    return np.maximum.accumulate(x[::-1], axis=0)[::-1]
+
+
+def _shortest(terms: list[tuple[Arr, Arr]], epsilon: float, max_records: int) -> tuple[int, int] | None:
+    """The (L, R) of the smallest L + R (then max(L, R)) with left(L) + right(R) ≤ ε − SLACK in every
+    column (scenario, position, pair) of every term pair; None when none within ``max_records``."""
+    need = np.zeros(max_records + 1, dtype=np.int64)
+    for lft, rgt in terms:
+        le = _envelope(lft).reshape(max_records + 1, -1)
+        re = _envelope(rgt).reshape(max_records + 1, -1)
+        for j in range(le.shape[1]):  # right envelope non-increasing: count the R that fail
+            need = np.maximum(need, np.searchsorted(-re[:, j], -(epsilon - SLACK - le[:, j]), side="left"))
+    ok = need <= max_records
+    if not ok.any():
+        return None
+    L = np.arange(max_records + 1)
+    score = np.where(ok, (L + need) * (max_records + 2) + np.maximum(L, need), np.iinfo(np.int64).max)
+    best = int(np.argmin(score))
+    return best, int(need[best])
+
+
+@dataclass(frozen=True)
+class HourPlan:
+    """The window of a mark in local hour ``hour``: redact ``left`` records before, ``right`` after."""
+
+    hour: int
+    left: int
+    right: int
+    sample_period: float
+
+    @property
+    def redacted(self) -> int:
+        return self.left + self.right + 1
+
+    def cost_text(self) -> str:
+        from .tv_plan import duration
+
+        return (f"a mark at {self.hour:02d}:00–{self.hour + 1:02d}:00 redacts {self.left} records "
+                f"({duration(self.left * self.sample_period)}) before and {self.right} "
+                f"({duration(self.right * self.sample_period)}) after")
+
+
+def hour_plans(sc: Scenarios, sample_period: float, epsilon: float, *, max_records: int = MAX_RECORDS
+               ) -> list[HourPlan | None]:
+    """One window plan per local hour (module docstring); None for an hour with none."""
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError("epsilon must be a positive number")
+    W1 = max_records + 1
+    kerns = np.stack([kern for _, kern in sc.constant_kernels()])  # one position each
+    seq = np.broadcast_to(kerns[:, None], (kerns.shape[0], W1, sc.k, sc.k))
+    const = side_terms(seq, seq)
+    hourly = smoothed(sc.hourly)
+    step = max(sample_period, HOUR / MAX_POSITIONS)
+    offs = np.arange(W1, dtype=np.float64)
+    out: list[HourPlan | None] = []
+    for h in range(24):
+        pos = h * HOUR + np.arange(0.0, HOUR, step)
+        left_h = (np.mod(pos[:, None] - (offs[None, :] + 1) * sample_period, DAY) // HOUR).astype(np.int64)
+        right_h = (np.mod(pos[:, None] + offs[None, :] * sample_period, DAY) // HOUR).astype(np.int64)
+        tod = side_terms(hourly[left_h], hourly[right_h])
+        best = _shortest([tod, const], epsilon, max_records)
+        out.append(None if best is None else HourPlan(h, best[0], best[1], sample_period))
+    return out

@@ -1,0 +1,118 @@
+"""Scenario plans (streamguard.model.scenarios; docs/time-varying.md §7) against an evaluator written
+here: every hidden path of a short window enumerated, the released boundary records as outputs, and
+the law of the left boundary record searched over (vertices and near-vertices, random interior laws)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from streamguard.cli import main
+from streamguard.model.scenarios import Scenarios, hour_plans, side_terms
+from streamguard.model.setchain import SetChain
+
+
+def _enumerated(kernels: list[np.ndarray], L: int, nu: np.ndarray) -> float:
+    """max over outputs and ordered pairs of log Pr(y | X_p = a) / Pr(y | X_p = b): positions
+    0..L+R+2 with X_0 ~ nu, kernels[i] the step i → i+1, p = L + 1, records 0 and n−1 released,
+    the rest redacted; every hidden path summed."""
+    k = nu.size
+    n = len(kernels) + 1
+    p = L + 1
+    joint = np.zeros((k, k, k))  # (y_first, X_p, y_last)
+    for path in itertools.product(range(k), repeat=n):
+        w = nu[path[0]]
+        for i in range(n - 1):
+            w *= kernels[i][path[i], path[i + 1]]
+        joint[path[0], path[p], path[-1]] += w
+    cond = joint / joint.sum(axis=(0, 2), keepdims=True)  # Pr(y | X_p)
+    worst = -np.inf
+    for a, b in itertools.permutations(range(k), 2):
+        worst = max(worst, float(np.max(np.log(cond[:, a, :]) - np.log(cond[:, b, :]))))
+    return worst
+
+
+def _figure(kernels: list[np.ndarray], L: int, R: int) -> float:
+    """The module's figure for the window of p = L + 1: left rows are the steps before p, right from p."""
+    left = np.stack([kernels[L - j] for j in range(L + 1)])[None]   # step from X_{p−j−1}
+    right = np.stack([kernels[L + 1 + o] for o in range(R + 1)])[None]
+    lft, rgt = side_terms(left, right)
+    return float(np.max(lft[L, 0] + rgt[R, 0]))
+
+
+@pytest.mark.parametrize("k,L,R,seed", [(2, 0, 0, 1), (2, 2, 1, 2), (3, 1, 2, 3), (3, 2, 0, 4), (2, 3, 3, 5)])
+def test_figure_is_the_worst_case_over_every_law(k, L, R, seed):
+    rng = np.random.default_rng(seed)
+    kernels = [rng.dirichlet(np.full(k, 0.7), size=k) for _ in range(L + R + 2)]
+    fig = _figure(kernels, L, R)
+    # sound: no law of the first record leaks more
+    for _ in range(40):
+        assert _enumerated(kernels, L, rng.dirichlet(np.ones(k))) <= fig + 1e-9
+    # tight: the supremum is approached near a vertex (weight 1 − η on one state, η on the others)
+    eta = 1e-9
+    near = max(_enumerated(kernels, L, np.where(np.arange(k) == x, 1 - eta * (k - 1), eta)) for x in range(k))
+    assert near == pytest.approx(fig, abs=1e-5)
+
+
+def _smoothed(c: np.ndarray) -> np.ndarray:
+    c = c + 0.5
+    return c / c.sum(axis=-1, keepdims=True)
+
+
+def test_hour_plans_hold_under_every_scenario_and_are_the_shortest():
+    rng = np.random.default_rng(11)
+    k, period = 2, 1800.0  # two positions an hour
+    hourly = rng.integers(4, 30, size=(24, k, k))
+    daily = rng.integers(8, 60, size=(3, k, k))
+    sc = Scenarios(hourly, daily, (20000, 20001, 20002))
+    plans = hour_plans(sc, period, 1.0, max_records=8)
+    hk, consts = _smoothed(hourly.astype(float)), [_smoothed(d.astype(float)) for d in daily]
+    consts.append(_smoothed(hourly.sum(axis=0).astype(float)))
+
+    def sequences(h: int, L: int, R: int) -> list[list[np.ndarray]]:
+        seqs = [[c] * (L + R + 2) for c in consts]
+        for pos in (h * 3600.0, h * 3600.0 + period):  # kernel of the step from the record at pos + i·period
+            seqs.append([hk[int(((pos + (i - L - 1) * period) % 86400) // 3600)] for i in range(L + R + 2)])
+        return seqs
+
+    def worst(h: int, L: int, R: int) -> float:
+        return max(_figure(s, L, R) for s in sequences(h, L, R))
+
+    assert all(p is not None for p in plans)
+    for h in (0, 7, 13, 23):
+        hp = plans[h]
+        assert hp is not None and hp.hour == h
+        # holds at the plan and at every longer window (another mark's window may lengthen it)
+        for dl, dr in ((0, 0), (1, 0), (0, 1), (2, 3)):
+            assert worst(h, hp.left + dl, hp.right + dr) <= 1.0
+        # no shorter window holds
+        for L in range(hp.left + hp.right):
+            R = hp.left + hp.right - 1 - L
+            assert max(worst(h, L2, R2) for L2 in range(L, 9) for R2 in range(R, 9)) > 1.0 - 1e-9
+
+
+def test_calibrated_model_carries_its_scenarios_and_plan_prints_hours(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    t0, n = 1_764_028_800, 3 * 1440
+    x = np.zeros(n, dtype=np.int64)
+    for t in range(1, n):
+        hour = (t - 1) // 60 % 24
+        p_on = (0.02 if hour < 8 else 0.2) if x[t - 1] == 0 else 0.1
+        x[t] = int(rng.random() < p_on)
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("".join(json.dumps({"value": ("off", "on")[v], "ts": t0 + 60 * i}) + "\n" for i, v in enumerate(x)))
+    model = tmp_path / "M.json"
+    assert main(["calibrate", str(rec), "--labels", "off,on", "--sample-period", "60", "--out", str(model)]) == 0
+    sc = SetChain.from_json(json.loads(model.read_text()))
+    assert sc.scenarios is not None and sc.scenarios.days == (20417, 20418, 20419)
+    assert int(sc.scenarios.hourly.sum()) == int(sc.scenarios.daily.sum()) == n - 1
+    capsys.readouterr()
+    assert main(["plan", "--model", str(model), "--epsilon", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    hours = doc["scenario_hours"]
+    assert [h["hour"] for h in hours] == list(range(24)) and all(h["redacted"] == h["left"] + h["right"] + 1 for h in hours)
+    direct = hour_plans(sc.scenarios, 60.0, 1.0)
+    assert [(h["left"], h["right"]) for h in hours] == [(p.left, p.right) for p in direct if p is not None]
