@@ -17,7 +17,7 @@ m > 1 (``SetChain.memory``) the sets are lifted to m-tuples and the figure is ov
 whose latest states differ (docs/time-varying.md §4).
 
 Valid for marks with at least the window and the law horizon (up to ``max_records`` + 1 records)
-of stream before them; marks near the start of a stream are not covered here (docs §7).
+of stream before them; marks near the start of a stream are not covered here (docs §8).
 
 The plan table's key (:func:`plan_key`) hashes the set-chain's canonical JSON, ε, the block and
 this code (and the memory), so a plan cached for one block is never served for another.
