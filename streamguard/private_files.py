@@ -29,12 +29,13 @@ def create_private(path: str | Path) -> int:
     return fd
 
 
-def write_private(path: str | Path, text: str | bytes | Sequence[bytes | memoryview]) -> None:
+def write_private(path: str | Path, text: str | bytes | Sequence[bytes | memoryview], *, synced: bool = False) -> None:
     """Replace the file at ``path`` atomically with ``text`` (or bytes, or chunks of bytes written
     one after another), mode 0600: a temporary file beside it, created 0600 before anything is
     written (:func:`create_private`; the leftover of a write that failed is removed, never written
     through), then renamed over ``path`` — so an existing file readable by others is replaced, not
-    written into."""
+    written into. ``synced``: the file is on disk before the rename and the rename before this
+    returns (file and directory fsync) — a crash leaves the old content or the new, never neither."""
     chunks = [text.encode()] if isinstance(text, str) else [text] if isinstance(text, bytes) else text
     p = Path(path)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
@@ -43,10 +44,19 @@ def write_private(path: str | Path, text: str | bytes | Sequence[bytes | memoryv
         with os.fdopen(create_private(tmp), "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
+            if synced:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if synced:
+        dfd = os.open(p.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 def private_file(path: str | Path) -> None:

@@ -61,7 +61,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..private_files import create_private
+from ..private_files import write_private
 from .modelset import ModelSet
 from .setchain import SetChain
 
@@ -263,24 +262,8 @@ class DriftState:
 
     def save(self, key: dict[str, Any], counts: NDArray[np.int64]) -> None:
         """Persist the counts (synced to disk before this returns)."""
-        data = json.dumps({"version": STATE_VERSION, "key": key, "counts": counts.tolist()},
-                          separators=(",", ":")).encode()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
-        try:
-            with os.fdopen(create_private(tmp), "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_private(self.path, json.dumps({"version": STATE_VERSION, "key": key, "counts": counts.tolist()},
+                                            separators=(",", ":")), synced=True)
 
 
 @dataclass

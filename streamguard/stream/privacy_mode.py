@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
-from ..private_files import create_private
+from ..private_files import write_private
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +85,5 @@ class ModeFile:
     def set(self, stream: str, on: bool) -> None:
         """Persist ``stream``'s mode (synced to disk before this returns)."""
         modes = {**self.modes, stream: on}
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
-        try:
-            with os.fdopen(create_private(tmp), "wb") as f:
-                f.write(json.dumps({"version": 1, "streams": modes}, sort_keys=True).encode())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_private(self.path, json.dumps({"version": 1, "streams": modes}, sort_keys=True), synced=True)
         self.modes = modes
