@@ -214,6 +214,10 @@ def test_privacy_controls_press_a_mark_and_show_its_status(tmp_path: Path) -> No
     state, attrs = shown(rt.privacy_status() | {"ledger": ledger})
     steps = rt.plan.left_horizon + rt.plan.right_horizon + 1
     assert state == "no marks" and attrs["marks"] == 0 and attrs["last_mark_seq"] is None
+    # after a restart the ledger remembers marks the status no longer lists: never "no marks" then
+    remembered = {"redaction": {"epsilon": 0.8, "budget": 3.0, "count": 2, "not_honoured": 0}}
+    state, attrs = shown(rt.privacy_status() | {"ledger": remembered})
+    assert state == "no recent marks" and attrs["marks"] == 2
     assert attrs["mark_cost_steps"] == steps and attrs["mark_cost_minutes"] is None  # (no sample_period)
     assert render(switch.config["value_template"], json.dumps(rt.privacy_status()).encode()) == "OFF"
     # the button's payload is the stream's "now" command: a mark on the newest step, with its accounting

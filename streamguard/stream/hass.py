@@ -33,8 +33,9 @@ the privacy status), a **switch** "Privacy mode" that publishes ``{"privacy_mode
 ``"off"`` there (every step private while on, persisted across restarts: stream/privacy_mode.py;
 its state is the retained privacy status's ``privacy_mode``), and a **sensor** "Privacy status"
 read from the retained privacy status: its
-state is the newest mark's outcome (``no marks``, ``protecting`` while its window is open,
-``honoured``, ``not honoured``), its attributes the budget used (the ledger's worst leakage, ε per
+state is the newest mark's outcome (``protecting`` while its window is open, ``honoured``, ``not
+honoured``; ``no marks`` when the ledger holds none, ``no recent marks`` when it does but none is
+in memory — after a restart, whose status names no earlier mark), its attributes the budget used (the ledger's worst leakage, ε per
 private position, and the budget), the marks counted and not honoured, the last mark's time and
 reason, and what a mark costs: the steps it can redact (left + right horizon + 1) and, for a
 stream with a ``sample_period``, in minutes.
@@ -195,7 +196,9 @@ def _common(settings: Settings) -> dict[str, Any]:
 #: The privacy status sensor's state: the newest mark's outcome (module docstring).
 _MARK_STATE = ("{% set m = value_json.open_marks | last if value_json.open_marks else "
                "(value_json.recent_marks | last if value_json.recent_marks else none) %}"
-               "{% if m is none %}no marks{% elif not m.honoured %}not honoured"
+               "{% set n = value_json.ledger.redaction.count if value_json.ledger and value_json.ledger.redaction "
+               "else 0 %}"
+               "{% if m is none %}{{ 'no recent marks' if n else 'no marks' }}{% elif not m.honoured %}not honoured"
                "{% elif value_json.open_marks %}protecting{% else %}honoured{% endif %}")
 
 
