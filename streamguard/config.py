@@ -380,8 +380,9 @@ class StreamConfig(_Strict):
     heartbeat: float | None = Field(None, gt=0, le=31 * 86_400, allow_inf_nan=False)
     #: Record the steps the privatizer sees (for calibration; ingest streams).
     record: RecordConfig | None = None
-    #: The drift guard (streamguard.model.drift): None = on for a model set (file or calibration),
-    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate per run of the daemon.
+    #: The drift guard (streamguard.model.block_drift): None = on for a model set (file or calibration),
+    #: off for a single chain; ``drift_false_alarm`` is its false-alarm rate over the model's life
+    #: (its counts persist across restarts).
     drift_guard: bool | None = None
     drift_false_alarm: float = Field(1e-3, gt=0, lt=1)
 

@@ -1,5 +1,8 @@
-"""The drift guard: a sequential test that the live chain has left the model set (issue 11;
-docs/model-sets.md §6).
+"""The pooled drift guard: a sequential test that the live chain has left the model set (issue 11).
+
+The daemon runs the guard per time-of-day block instead (:mod:`.block_drift`, issue 25; docs/
+model-sets.md §6), which also sees hour-of-day structure and keeps its evidence across restarts;
+this one, all hours pooled, is the baseline ``benchmarks/drift_power.py`` compares it with.
 
 **What it reads.** Only records released *unchanged with probability 1* (an all-zero redaction row:
 far from every mark), as they are published: transitions between two such records at consecutive
