@@ -451,6 +451,14 @@ def run_trace(tr: Trace, quick: bool, work: Path) -> dict[str, Any]:
 
         hps = hour_plans(Scenarios.from_dict(scen), tr.period, EPSILON)
         hour = (clock[marks] // HOUR).astype(np.int64)
+        finite = work / f"{tr.name}.scenarios.json"
+        Scenarios.from_dict(scen).model_set(tr.labels).write(finite)
+        r = _cli("plan", "--model", str(finite), "--stream", "--epsilon", str(EPSILON), "--json")
+        if r.returncode != 0:
+            result["plans"]["scenario set, 3R"] = {"error": r.stderr.strip()}
+        else:
+            fl, fr = homogeneous_rows(json.loads(r.stdout))
+            evaluate("scenario set, 3R", [(fl, fr, np.arange(marks.size))])
         if any(hp is None for hp in hps):
             result["plans"]["scenario (default)"] = {"error": "no scenario plan for some hour (refused)"}
         else:

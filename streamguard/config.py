@@ -136,7 +136,13 @@ class ModelConfig(_Strict):
         from .model.calibrate import read_transitions
 
         if self.file is not None:
-            return modelset.load(self.file)
+            ms = modelset.load(self.file)
+            if ms.setchain is not None and ms.setchain.sample_period != sample_period:
+                raise ModelError(f"model {self.file.name}: calibrated at a sample period of "
+                                 f"{ms.setchain.sample_period:g} s, the stream's is "
+                                 f"{'not set' if sample_period is None else f'{sample_period:g} s'}: its "
+                                 "chains are per record, so the two must match")
+            return ms
         if self.calibration is not None:
             data = read_transitions(self.calibration, states, sample_period)
             return modelset.from_calibration(data, self.confidence, states.labels,

@@ -153,7 +153,7 @@ def _write(path: Path, x: np.ndarray, ts: np.ndarray) -> Path:
     return path
 
 
-def test_cli_default_writes_a_setchain_and_consumers_refuse_it_in_one_line(tmp_path, capsys):
+def test_cli_default_writes_a_setchain_that_plan_and_the_daemon_read(tmp_path, capsys):
     rec = _write(tmp_path / "rec.jsonl", *_periodic_path(3))
     model = tmp_path / "M.json"
     assert main(["calibrate", str(rec), "--labels", "off,on", "--sample-period", "60", "--out", str(model)]) == 0
@@ -164,18 +164,32 @@ def test_cli_default_writes_a_setchain_and_consumers_refuse_it_in_one_line(tmp_p
     assert doc["kind"] == "setchain" and len(sc.blocks) >= 3 and doc["calibration"]["transitions"] == 14 * 1440 - 1
     assert [t["decision"] for t in doc["calibration"]["tests"]][0] == "kept"
     assert (model.stat().st_mode & 0o777) == 0o600
-    # plan --model takes it (per-block window plans); every reader of MODEL.json that does not take a
-    # set-chain refuses it by name (never uses a point)
+    # plan --model takes it (per-hour scenario plans, per-block window plans)
     assert main(["plan", "--model", str(model), "--epsilon", "1", "--stream"]) == 0
-    assert "window plans per time-of-day block" in capsys.readouterr().out
-    with pytest.raises(Exception, match="time-of-day set-chain"):
-        modelset.load(model)
+    out = capsys.readouterr().out
+    assert "window plans per hour of the day" in out and "window plans per time-of-day block" in out
+    # the daemon reads it through its scenarios: the finite set of the 14 recorded days' chains and the
+    # pooled one (Dirichlet-1/2 means), the set-chain kept for the drift guard
+    ms = modelset.load(model)
+    assert ms.kind == "finite" and len(ms.members) == 15 and ms.setchain is not None
+    assert np.allclose(ms.point.matrix, (sc.scenarios.hourly.sum(axis=0) + 0.5)
+                       / (sc.scenarios.hourly.sum(axis=(0, 2))[:, None] + 1.0))
     conf = tmp_path / "c.toml"
-    conf.write_text('device = "d"\n[broker]\nhost = "127.0.0.1"\n[[streams]]\nname = "s"\nlabels = ["off", "on"]\n'
-                    f'epsilon = 1.0\nsample_period = 60\n[streams.model]\nfile = "{model}"\n')
+    body = ('device = "d"\n[broker]\nhost = "127.0.0.1"\n[[streams]]\nname = "s"\nlabels = ["off", "on"]\n'
+            'epsilon = 1.0\nsample_period = {sp}\n[streams.model]\nfile = "{model}"\n')
+    conf.write_text(body.format(sp=60, model=model))
+    assert main(["config", "check", str(conf)]) == 0
+    assert "the scenarios of a time-of-day set-chain" in capsys.readouterr().out
+    # its chains are per record: another sample period is refused in one line
+    conf.write_text(body.format(sp=30, model=model))
     assert main(["config", "check", str(conf)]) == 78
     err = capsys.readouterr().err
-    assert "set-chain" in err
+    assert "sample period of 60 s" in err and len(err.strip().splitlines()) == 1
+    # a set-chain without scenarios (hand-written) is refused by name
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({k: v for k, v in doc.items() if k != "scenarios"}))
+    with pytest.raises(Exception, match="carries no calibration scenarios"):
+        modelset.load(bare)
     # the earlier output stays reachable
     assert main(["calibrate", str(rec), "--labels", "off,on", "--sample-period", "60", "--model-class",
                  "homogeneous", "--json"]) == 0

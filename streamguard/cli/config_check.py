@@ -86,8 +86,17 @@ def max_hold_warning(cfg: Any, delay: int) -> str | None:
 
 def _model_set_line(ms: Any, wc: Any) -> str:
     """The region and the plan's certified worst case over it, with the attaining member."""
-    head = f"  model set ({ms.kind}, confidence {_num(ms.confidence)}): "
-    if ms.is_binary:
+    if ms.setchain is not None:
+        head = (f"  model set (finite: the scenarios of a time-of-day set-chain — {len(ms.members) - 1} recorded "
+                "days' chains and the pooled one, docs/time-varying.md §7): ")
+    elif ms.confidence is None:
+        head = f"  model set ({ms.kind}, {len(ms.members)} chains): "
+    else:
+        head = f"  model set ({ms.kind}, confidence {_num(ms.confidence)}): "
+    if ms.kind == "finite" and not ms.is_binary:
+        region = f"{len(ms.members)} chains"
+        member = "P with rows " + " ".join("(" + ", ".join(_num(v, 4) for v in row) + ")" for row in wc.matrix)
+    elif ms.is_binary:
         (a0, a1), (b0, b1) = ms.alpha_range(), ms.beta_range()
         region = f"α ∈ [{_num(a0, 6)}, {_num(a1, 6)}], β ∈ [{_num(b0, 6)}, {_num(b1, 6)}]"
         member = f"α={_num(wc.member[0], 6)}, β={_num(wc.member[1], 6)}"

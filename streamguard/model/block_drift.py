@@ -135,8 +135,10 @@ def _row_set_ranges(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray
 
 
 def partition_for(model: ModelSet | SetChain, blocks: int = HOMOGENEOUS_BLOCKS) -> Partition:
-    """The guard's blocks: a set-chain's own, or ``blocks`` equal UTC blocks for a ModelSet (each
-    with the set's ranges: its claim holds at every step)."""
+    """The guard's blocks: a set-chain's own (also for the scenario set read from one), or ``blocks``
+    equal UTC blocks for a ModelSet (each with the set's ranges: its claim holds at every step)."""
+    if isinstance(model, ModelSet) and model.setchain is not None:  # a set-chain's scenarios: its own blocks
+        model = model.setchain
     if isinstance(model, SetChain):
         return Partition(model.starts, np.stack([_row_set_ranges(b.lo, b.hi) for b in model.blocks]),
                          model.period, model.utc_offset)

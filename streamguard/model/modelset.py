@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +30,9 @@ from ..chain import MarkovChain, ModelError
 from ..private_files import private_file
 from .calibrate import TransitionData
 from .confidence import entry_bounds, in_row_set, row_threshold
+
+if TYPE_CHECKING:
+    from .setchain import SetChain
 
 FORMAT = "streamguard-model-set/1"
 KINDS = ("finite", "box", "rows")
@@ -52,6 +55,9 @@ class ModelSet:
     confidence: float | None = None
     labels: tuple[str, ...] | None = None
     calibration: dict[str, Any] = field(default_factory=dict)
+    #: The time-of-day set-chain this set was read from (its scenarios are the members); the drift
+    #: guard tests against its per-block sets. None for every other set.
+    setchain: "SetChain | None" = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -187,8 +193,7 @@ def from_json(doc: Any) -> ModelSet:
     """Parse a MODEL.json document (ModelError with a one-line reason on anything malformed). A
     set-chain (``calibrate``'s default, :mod:`.setchain`) is not a model set: refused by name."""
     if isinstance(doc, dict) and doc.get("kind") == "setchain":
-        raise ModelError("model set: this is a time-of-day set-chain (kind 'setchain', calibrate's default), "
-                         "which this use does not accept; calibrate with --model-class homogeneous for it")
+        return _scenario_set(doc)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelError(f"model set: not a {FORMAT} document")
     kind = doc.get("kind")
@@ -219,6 +224,27 @@ def from_json(doc: Any) -> ModelSet:
         return ModelSet("box", k, box=(_range(doc, "alpha"), _range(doc, "beta")), counts=counts,
                         thresholds=thresholds or (), bounds=bounds, **common)
     return ModelSet("rows", k, counts=counts, thresholds=thresholds or (), bounds=bounds, **common)
+
+
+def _scenario_set(doc: dict[str, Any]) -> ModelSet:
+    """A time-of-day set-chain (``calibrate``'s default) is used through its calibration's scenarios:
+    the ``finite`` set of each recorded day's chain and the pooled chain (docs/time-varying.md §7),
+    with the set-chain kept for the drift guard, which tests the live chain per time-of-day block
+    against the set-chain's own sets (model/block_drift.py). A set-chain without scenarios (written
+    by hand, or before they were kept) is refused by name."""
+    from .setchain import SetChain
+
+    sc = SetChain.from_json(doc)
+    if sc.scenarios is None:
+        raise ModelError("model set: this time-of-day set-chain carries no calibration scenarios (write it again "
+                         "with streamguard calibrate, or calibrate with --model-class homogeneous)")
+    if sc.memory != 1:
+        raise ModelError("model set: a set-chain with memory > 1 has no first-order scenarios")
+    ms = sc.scenarios.model_set(sc.labels)
+    return ModelSet("finite", ms.k, point=ms.point, members=ms.members, labels=ms.labels,
+                    calibration={**ms.calibration, "setchain": (sc.calibration or {}).get("file"),
+                                 "sample_period": sc.sample_period},
+                    setchain=sc)
 
 
 def load(path: Path) -> ModelSet:

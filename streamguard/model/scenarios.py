@@ -43,12 +43,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..chain import ModelError
+
+if TYPE_CHECKING:
+    from .modelset import ModelSet
 
 DAY, HOUR = 86400.0, 3600.0
 #: Longest side searched, in records.
@@ -119,6 +122,17 @@ class Scenarios:
         """The scenarios whose kernel does not change over a window: each day's, and the pooled one."""
         out = [(f"day {dt_text(d)}", kern) for d, kern in zip(self.days, smoothed(self.daily))]
         return out + [("pooled", smoothed(self.hourly.sum(axis=0)))]
+
+
+    def model_set(self, labels: tuple[str, ...] | None = None) -> "ModelSet":
+        """The constant-kernel scenarios as a ``finite`` model set (point: the pooled chain): the
+        daemon plans and accounts every mark over it (worst member exact, docs/model-sets.md)."""
+        from ..chain import MarkovChain
+        from .modelset import ModelSet
+
+        kerns = [MarkovChain(kern) for _, kern in self.constant_kernels()]
+        return ModelSet(kind="finite", k=self.k, point=kerns[-1], members=tuple(kerns), labels=labels,
+                        calibration={"scenarios": [name for name, _ in self.constant_kernels()]})
 
 
 def dt_text(epoch_day: int) -> str:
