@@ -5,7 +5,9 @@ only. It deliberately shares no code with streamguard (no streamguard.audit, .re
 an independent computation.
 
 The world (binary: states 0 = "lo", 1 = "hi"): steps t = 0..n-1 of a chain with transition matrix
-P (binary: [[1-α, α], [β, 1-β]], 0 < α, β < 1) and initial law μ. Step t emits, independently given
+P (binary: [[1-α, α], [β, 1-β]], 0 < α, β < 1) and initial law μ — or of a *time-varying* chain,
+P given as a kernel sequence (≥ n−1, k, k) whose P[t] is the kernel of the step t → t+1 (issue 25:
+every formula below holds with the product of the kernels in place of each power of P). Step t emits, independently given
 X_t, either ⊥ or the exact value X_t; ``rows[t] = (Pr(⊥ | X_t=0), …, Pr(⊥ | X_t=k−1))`` is its
 *effective* redaction row: all ones for a step that published nothing (rejected, lost, never
 sent), the row used for a step published once, and the element-wise product of the rows for a
@@ -20,12 +22,13 @@ three maxima. Each side is a finite list of *terms*: a vector w with w(a) ∝ Pr
 every y of one class (the constant of proportionality is the same for a and b, so it cancels):
 
 - right: the first released step p+j with value x (the rest is independent of X_p given it):
-  w(a) = Pr(y_p+1..p+j-1 = ⊥, X_p+j = x | X_p=a) = [P D_p+1 P … D_p+j-1 P]_(a,x), D_t = diag(rows[t]),
+  w(a) = Pr(y_p+1..p+j-1 = ⊥, X_p+j = x | X_p=a) = [P_p D_p+1 P_p+1 … D_p+j-1 P_p+j-1]_(a,x), D_t = diag(rows[t])
+  (a homogeneous chain: every P_t = P),
   for every j with rows[p+j][x] < 1; plus "all redacted to the end": [P D_p+1 … P D_n-1 1]_a;
 - centre: ⊥ gives w = rows[p]; the value x gives w = (1 - rows[p][x]) · e_x;
 - left, computed forward from μ (valid for any μ, stationary or not): the first released step
   p-j to the left with value x gives Pr(y_left, X_p=a) / Pr(X_p=a) ∝ π_p-j(x) [P D_p-j+1 … D_p-1 P]_(x,a)
-  / π_p(a) (π_t = μ P^t; the factor π_p-j(x) only decides whether the class has positive
+  / π_p(a) (π_t = μ P^t, or μ P_0 ⋯ P_t-1; the factor π_p-j(x) only decides whether the class has positive
   probability); "all redacted to the start" gives [μ D_0 P D_1 … D_p-1 P]_a / π_p(a).
 
 Each left term is (linear in μ) / (linear in μ) component-wise, which is what
@@ -61,6 +64,26 @@ def transition(alpha: float, beta: float) -> Array:
     if not (0.0 < alpha < 1.0 and 0.0 < beta < 1.0):
         raise ValueError("alpha and beta must lie strictly between 0 and 1")
     return np.array([[1.0 - alpha, alpha], [beta, 1.0 - beta]])
+
+
+def kernels(P: ArrayLike, n: int) -> Array:
+    """The kernel of every step t → t+1 of an n-step world, shape (max(n−1, 0), k, k): P repeated, or
+    the first n−1 of a given sequence (which must hold that many kernels, each row a law)."""
+    P = np.asarray(P, dtype=float)
+    seq = np.broadcast_to(P, (max(n - 1, 0), *P.shape)) if P.ndim == 2 else P[: max(n - 1, 0)]
+    if seq.ndim != 3 or seq.shape[0] != max(n - 1, 0) or seq.shape[1] != seq.shape[2]:
+        raise ValueError("P must be a k × k matrix or a sequence of at least n − 1 of them")
+    if np.any(seq < 0.0) or np.any(np.abs(seq.sum(axis=-1) - 1.0) > 1e-9):
+        raise ValueError("every kernel row must be a probability law")
+    return seq
+
+
+def _marginals(Ks: Array, p: int) -> list[Array]:
+    """[I, P_0, P_0 P_1, …, P_0 ⋯ P_p-1]: row i of entry t is π_t for μ = δ_i."""
+    out = [np.eye(Ks.shape[1])]
+    for t in range(p):
+        out.append(out[-1] @ Ks[t])
+    return out
 
 
 def combine_copies(copies: Iterable[ArrayLike], k: int = 2) -> Array:
@@ -195,13 +218,13 @@ def _log_ratio(c: Array, pi: Array, a: int, b: int) -> float:
     return math.log(c[a]) - math.log(c[b]) + math.log(pi[b]) - math.log(pi[a])
 
 
-def _right_terms(P: Array, rows: Array, p: int) -> list[_Term]:
-    """Terms of the outputs right of p (see the module docstring)."""
+def _right_terms(Ks: Array, rows: Array, p: int) -> list[_Term]:
+    """Terms of the outputs right of p (see the module docstring); Ks: :func:`kernels`."""
     n, k = rows.shape
     terms: list[_Term] = []
-    m = np.eye(k)  # m[a, x] ∝ Pr(y_p+1..t-1 = ⊥, X_t = x | X_p = a) once multiplied by P
+    m = np.eye(k)  # m[a, x] ∝ Pr(y_p+1..t-1 = ⊥, X_t = x | X_p = a) once multiplied by P_t-1
     for t in range(p + 1, n):
-        m = _scaled(m @ P)
+        m = _scaled(m @ Ks[t - 1])
         for x in range(k):
             if rows[t, x] < 1.0 and np.any(m[:, x] > 0.0):
                 terms.append(_Term.fixed(m[:, x].copy()))
@@ -216,24 +239,22 @@ def _centre_terms(rows: Array, p: int) -> list[_Term]:
     return [_Term.fixed(r.copy())] + [_Term.fixed((1.0 - r[x]) * np.eye(k)[x]) for x in range(k)]
 
 
-def _left_terms(P: Array, rows: Array, p: int) -> list[_Term]:
-    """Terms of the outputs left of p as functions of μ (see the module docstring)."""
+def _left_terms(Ks: Array, rows: Array, p: int) -> list[_Term]:
+    """Terms of the outputs left of p as functions of μ (see the module docstring); Ks: :func:`kernels`."""
     k = rows.shape[1]
     if p == 0:
         return [_Term.fixed(np.ones(k))]
-    powers = [np.eye(k)]
-    for _ in range(p):
-        powers.append(powers[-1] @ P)
+    powers = _marginals(Ks, p)
     PI = powers[p]  # row i: π_p for μ = δ_i
     terms: list[_Term] = []
-    nmat = P.copy()  # [P D_s+1 P … D_p-1 P] for s = p-1, p-2, …, 0
+    nmat = Ks[p - 1].copy()  # [P_s D_s+1 P_s+1 … D_p-1 P_p-1] for s = p-1, p-2, …, 0
     for s in range(p - 1, -1, -1):
         for x in range(k):
             if rows[s, x] < 1.0 and np.any(nmat[x] > 0.0):
                 # the class has probability ∝ π_s(x) = μ P^s e_x, linear in μ
                 terms.append(_Term(powers[s][:, x][:, None] * nmat[x][None, :], PI))
         if s > 0:
-            nmat = _scaled(P @ (rows[s][:, None] * nmat))
+            nmat = _scaled(Ks[s - 1] @ (rows[s][:, None] * nmat))
     terms.append(_Term(rows[0][:, None] * nmat, PI))  # all redacted to the start: row i = (δ_i D_0) nmat
     return terms
 
@@ -269,17 +290,19 @@ def _combine(sides: Sequence[Sequence[_Term]], side_max: Callable[[_Term, int, i
 
 
 def _sides(P: Array, rows: Array, p: int) -> tuple[list[_Term], list[_Term], list[_Term]]:
-    return _left_terms(P, rows, p), _centre_terms(rows, p), _right_terms(P, rows, p)
+    Ks = kernels(P, rows.shape[0])
+    return _left_terms(Ks, rows, p), _centre_terms(rows, p), _right_terms(Ks, rows, p)
 
 
 def true_leakage(P: ArrayLike, mu: ArrayLike, rows: ArrayLike, p: int) -> Leakage:
-    """Exact leakage about X_p in the true world (P, μ, rows), O(n·k³), over the values X_p can
-    take under μ (every pair when p = 0: the conditional law given X_0 does not involve μ)."""
+    """Exact leakage about X_p in the true world (P — a matrix or a kernel sequence —, μ, rows),
+    O(n·k³), over the values X_p can take under μ (every pair when p = 0: the conditional law given
+    X_0 does not involve μ)."""
     P, rows = np.asarray(P, dtype=float), _rows(rows)
     k = rows.shape[1]
     mu = _law(mu, k)
     _check_position(rows, p)
-    secrets = [a for a in range(k) if (mu @ np.linalg.matrix_power(P, p))[a] > 0] if p else None
+    secrets = [a for a in range(k) if (mu @ _marginals(kernels(P, rows.shape[0]), p)[p])[a] > 0] if p else None
     return _combine(_sides(P, rows, p), lambda t, a, b: t.value(a, b, mu), k, secrets)
 
 
@@ -303,7 +326,7 @@ def sampled_over_initial(P: ArrayLike, rows: ArrayLike, p: int, laws: ArrayLike)
 # -- brute force (the evaluator's own check) ---------------------------------------------------
 def brute_force_leakage(P: ArrayLike, mu: ArrayLike, rows: ArrayLike, p: int) -> float:
     """L_p by enumerating all k^n state paths and all (k+1)^n output sequences, straight from the
-    definition: Pr(y | X_p=a) = Σ_paths with x_p=a μ(x_0) Π P Π e_t(y_t | x_t) / Pr(X_p=a), over
+    definition: Pr(y | X_p=a) = Σ_paths with x_p=a μ(x_0) Π_t P_t(x_t, x_t+1) Π e_t(y_t | x_t) / Pr(X_p=a), over
     the values a with Pr(X_p = a) > 0. At p = 0 the conditional law given X_0 does not involve μ,
     so μ is taken uniform there."""
     P, rows = np.asarray(P, dtype=float), _rows(rows)
@@ -316,7 +339,8 @@ def brute_force_leakage(P: ArrayLike, mu: ArrayLike, rows: ArrayLike, p: int) ->
         mu = np.full(k, 1.0 / k)
     paths = np.array(list(itertools.product(range(k), repeat=n)), dtype=int)  # (k^n, n)
     outs = np.array(list(itertools.product(range(k + 1), repeat=n)), dtype=int)  # k = ⊥
-    prior = mu[paths[:, 0]] * np.prod(P[paths[:, :-1], paths[:, 1:]], axis=1) if n > 1 else mu[paths[:, 0]]
+    steps = np.arange(n - 1)[None, :]
+    prior = mu[paths[:, 0]] * np.prod(kernels(P, n)[steps, paths[:, :-1], paths[:, 1:]], axis=1)
     lik = np.ones((outs.shape[0], paths.shape[0]))
     for t in range(n):
         y, x = outs[:, t][:, None], paths[:, t][None, :]
