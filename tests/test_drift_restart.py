@@ -16,7 +16,10 @@ from typing import Any
 import numpy as np
 
 from brokers import Broker
+from streamguard.chain import MarkovChain
 from streamguard.config import Settings
+from streamguard.model.block_drift import BlockDriftGuard, partition_for
+from streamguard.model.modelset import ModelSet
 from streamguard.ledger.store import Ledger
 from streamguard.stream.daemon import Daemon
 
@@ -37,10 +40,11 @@ def _settings(broker: Broker, outbox: Path, model: dict[str, float]) -> Settings
 
 
 async def _life(broker: Broker, outbox: Path, model: dict[str, float], start: int, n: int,
-                private: int | None) -> dict[str, Any]:
-    """One daemon life fed ``n`` readings (steps start..start+n−1) of the world; the final status."""
-    rng = np.random.default_rng(start)
-    states = rng.integers(0, 2, n)  # α = β = 0.5: independent fair readings
+                private: int | None, states: np.ndarray | None = None) -> dict[str, Any]:
+    """One daemon life fed ``n`` readings (steps start..start+n−1) of the world (``states``, by
+    default α = β = 0.5: independent fair readings); the final status."""
+    if states is None:
+        states = np.random.default_rng(start).integers(0, 2, n)
     daemon = Daemon(_settings(broker, outbox, model), extra_sources=[])
 
     async def source() -> AsyncIterator[tuple[str, bytes]]:
@@ -117,3 +121,43 @@ def test_a_drift_event_round_trips_charges_nothing_and_is_the_books_latest(tmp_p
         assert odometer(ledger, DEVICE, NAME)["drift"]["alarm"] is False
     finally:
         ledger.close()
+
+
+def _chain(n: int, switch: float, seed: int) -> np.ndarray:
+    """n readings of the binary chain with α = β = ``switch``."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros(n, dtype=np.int64)
+    for t in range(1, n):
+        x[t] = 1 - x[t - 1] if rng.random() < switch else x[t - 1]
+    return x
+
+
+async def test_the_guards_evidence_accumulates_across_real_restarts(mosquitto: Broker, tmp_path: Path) -> None:
+    """The per-block guard's counts persist beside the outbox (model/block_drift.py). A world at
+    α = β = 0.05 against the configured 0.02 (the guard states ~800 transitions out of a row to
+    alarm): a fresh guard fed it fires after ``needed`` steps. Two daemon lives on one outbox, the
+    first of 0.6·needed steps, the second up to needed + 200: the first ends without an alarm and
+    leaves its counts, the second continues them and fires; a fresh guard fed the second life's
+    readings alone does not."""
+    x = _chain(4000, 0.05, 9)
+    guarded = ModelSet("finite", 2, members=(MarkovChain.binary(**STICKY),))
+
+    def first_alarm(part: np.ndarray, start: int) -> int | None:
+        g = BlockDriftGuard(partition_for(guarded), "m")
+        return next((start + i for i, v in enumerate(part) if g.released(start + i, T0 + start + i, int(v), (0, 0))),
+                    None)
+
+    needed = first_alarm(x, 0)
+    assert needed is not None
+    n1, end = int(0.6 * needed), needed + 200
+    outbox = tmp_path / "outbox.sqlite"
+    s1 = await _life(mosquitto, outbox, STICKY, 0, n1, None, x[:n1])
+    assert not s1["drift"]["drift"] and s1["drift"]["observed_transitions"] > n1 - 10
+    state = json.loads(outbox.with_name("outbox.drift.s.json").read_text())
+    assert np.sum(state["counts"]) == s1["drift"]["observed_transitions"]
+    s2 = await _life(mosquitto, outbox, STICKY, n1, end - n1, None, x[n1:end])
+    assert s2["drift"]["resumed_transitions"] == s1["drift"]["observed_transitions"]
+    assert s2["drift"]["drift"] and not s2["drift"]["restored"]
+    (raised,) = _drift_events(outbox)
+    assert raised["raised"] and raised["transitions"] > s1["drift"]["observed_transitions"]
+    assert first_alarm(x[n1:end], n1) is None
