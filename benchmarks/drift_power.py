@@ -162,12 +162,12 @@ def main() -> int:
     parser = base_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
     out = output_dir(args.out)
-    paths = [DATA / f"{name}.csv" for name in TRACES]
-    if not any(p.exists() for p in paths):
+    present = [p for p in (DATA / f"{name}.csv" for name in TRACES) if p.exists()]
+    if not present:
         progress(f"skipped: no traces in {DATA}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        results = [run_trace(load_trace(p), args.quick, Path(tmp)) for p in paths if p.exists()]
+        results = [run_trace(load_trace(p), args.quick, Path(tmp)) for p in present]
     guards = list(dict.fromkeys(g for r in results for g in r["alarm_days"]))
     alarm_rows = []
     for r in results:
@@ -178,8 +178,8 @@ def main() -> int:
                            verdict(block <= pooled),
                            "n/a" if fa is None else f"{verdict(math.isinf(fa['alarm_days']))} ({fa['days']:.1f} d)"])
     power_rows = [[r["trace"], p["model"], p["block"], f"[{p['alpha_range'][0]:.4f}, {p['alpha_range'][1]:.4f}]",
-                   f"{p['alpha_hat']:.4f}", f"{p['per_day_from_0']:.0f}", *(_days(p["days"][f"{c:.3g}"]) for c in FACTORS)]
-                  for r in results for p in r["power"]]
+                   f"{p['alpha_hat']:.4f}", f"{p['per_day_from_0']:.0f}",
+                   *(_days(p["days"][f"{c:.3g}"]) for c in FACTORS)] for r in results for p in r["power"]]
     env = environment()
     report = "\n".join([
         f"# Drift guard power on real traces (issue 25 item 4): δ = {DELTA:g}, calibration on the first half "
