@@ -151,6 +151,21 @@ def test_counts_persist_and_evidence_accumulates_over_a_restart(tmp_path: Path, 
         BlockDriftGuard(part, "m", 1e-3, state=state)
 
 
+def test_counts_that_cannot_be_persisted_are_not_tested(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """A state file that cannot be written (its directory is gone): the guard keeps counting but
+    tests nothing (an unpersisted test would void δ across a crash), says so, and fires once the
+    counts can be written again."""
+    x = _drifted(40_000, 8)
+    blocked = BlockDriftGuard(partition_for(BOX), "m", 1e-3, state=DriftState(tmp_path / "gone" / "s.json"))
+    assert _first_alarm(BlockDriftGuard(partition_for(BOX), "m", 1e-3), x[:9000]) is not None  # (it would fire)
+    with caplog.at_level(logging.ERROR, logger="streamguard.model.block_drift"):
+        assert _first_alarm(blocked, x[:9000]) is None
+    assert blocked.transitions == 8999 and blocked.unsaved == 8999 // 64
+    assert any("cannot persist" in r.getMessage() for r in caplog.records)
+    (tmp_path / "gone").mkdir()
+    assert _first_alarm(blocked, x[9000:9200], 9000) is not None
+
+
 def _runtime(tmp_path: Path) -> RedactionRuntime:
     """A redaction stream planned over a calibrated box around (0.1, 0.2), its outbox in tmp_path."""
     model = tmp_path / "MODEL.json"

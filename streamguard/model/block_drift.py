@@ -288,6 +288,8 @@ class BlockDriftGuard:
     restored: bool = field(default=False, init=False)
     #: Observed transitions read back from the persisted state at the start.
     resumed: int = field(default=0, init=False)
+    #: Checks skipped because the counts could not be persisted.
+    unsaved: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.false_alarm < 1.0:
@@ -333,11 +335,20 @@ class BlockDriftGuard:
             self.state.save(self.key, self.counts)
 
     def check(self) -> bool:
-        """Persist the counts, then run the test on them; True when it fires now."""
+        """Persist the counts, then run the test on them; True when it fires now. Counts that could
+        not be persisted are not tested (that would void δ across a crash): one ERROR line, the
+        counts are kept, and the next check tries again."""
         if self.alarm:
             return False
         self._since = 0
-        self.persist()
+        try:
+            self.persist()
+        except OSError as exc:
+            self.unsaved += 1
+            if self.unsaved & (self.unsaved - 1) == 0:  # (the 1st, 2nd, 4th, … failure)
+                log.error("drift guard: cannot persist its counts (%s): the test waits until they are "
+                          "written [%d failures]", exc.__class__.__name__, self.unsaved)
+            return False
         stat = log_statistic(self.counts, self.partition.ranges)  # (B, k)
         hit = np.argwhere(stat >= self._threshold)
         if hit.size:
@@ -355,6 +366,6 @@ class BlockDriftGuard:
         return {"drift": self.alarm, "false_alarm_rate": self.false_alarm, "observed_transitions": self.transitions,
                 "resumed_transitions": self.resumed, "blocks": self.partition.blocks,
                 "fired_at_transitions": self.fired_at, "fired_block": self.fired_block, "fired_row": self.fired_row,
-                "restored": self.restored, "persisted": self.state is not None,
+                "restored": self.restored, "persisted": self.state is not None, "unsaved_checks": self.unsaved,
                 "test": "per time-of-day block and row, anytime valid; δ over the model's life (counts persisted)",
                 "reads": "only records released unchanged (an all-zero row): post-processing, no budget"}
