@@ -288,7 +288,7 @@ class BlockDriftGuard:
     restored: bool = field(default=False, init=False)
     #: Observed transitions read back from the persisted state at the start.
     resumed: int = field(default=0, init=False)
-    #: Checks skipped because the counts could not be persisted.
+    #: Writes of the counts that failed (their checks were skipped).
     unsaved: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -329,25 +329,29 @@ class BlockDriftGuard:
             return self.check()
         return False
 
-    def persist(self) -> None:
-        """Write the counts (a no-op without a state file, or once fired: the alarm is the ledger's)."""
-        if self.state is not None and not self.alarm:
+    def persist(self) -> bool:
+        """Write the counts (nothing to do without a state file, or once fired: the alarm is the
+        ledger's). False when they could not be written: one ERROR line at the 1st, 2nd, 4th, …
+        failure, the counts are kept."""
+        if self.state is None or self.alarm:
+            return True
+        try:
             self.state.save(self.key, self.counts)
+        except OSError as exc:
+            self.unsaved += 1
+            if self.unsaved & (self.unsaved - 1) == 0:
+                log.error("drift guard: cannot persist its counts (%s): the test waits until they are "
+                          "written [%d failures]", exc.__class__.__name__, self.unsaved)
+            return False
+        return True
 
     def check(self) -> bool:
         """Persist the counts, then run the test on them; True when it fires now. Counts that could
-        not be persisted are not tested (that would void δ across a crash): one ERROR line, the
-        counts are kept, and the next check tries again."""
+        not be persisted are not tested (that would void δ across a crash); the next check retries."""
         if self.alarm:
             return False
         self._since = 0
-        try:
-            self.persist()
-        except OSError as exc:
-            self.unsaved += 1
-            if self.unsaved & (self.unsaved - 1) == 0:  # (the 1st, 2nd, 4th, … failure)
-                log.error("drift guard: cannot persist its counts (%s): the test waits until they are "
-                          "written [%d failures]", exc.__class__.__name__, self.unsaved)
+        if not self.persist():
             return False
         stat = log_statistic(self.counts, self.partition.ranges)  # (B, k)
         hit = np.argwhere(stat >= self._threshold)
