@@ -166,20 +166,24 @@ def test_counts_that_cannot_be_persisted_are_not_tested(tmp_path: Path, caplog: 
     assert _first_alarm(blocked, x[9000:9200], 9000) is not None
 
 
-def _runtime(tmp_path: Path) -> RedactionRuntime:
-    """A redaction stream planned over a calibrated box around (0.1, 0.2), its outbox in tmp_path."""
-    model = tmp_path / "MODEL.json"
-    from_calibration(TransitionData(np.array([[13_000, 1_450], [1_450, 5_800]])), 0.99, ("off", "on")).write(model)
+def runtime(tmp_path: Path, model: Path | None = None, sample_period: float | None = None) -> RedactionRuntime:
+    """A redaction stream planned over ``model`` (default: a calibrated box around (0.1, 0.2)
+    written there), its outbox in tmp_path."""
+    if model is None:
+        model = tmp_path / "MODEL.json"
+        from_calibration(TransitionData(np.array([[13_000, 1_450], [1_450, 5_800]])), 0.99, ("off", "on")).write(model)
     settings = Settings(device="dev", broker={"host": "127.0.0.1"}, outbox={"path": tmp_path / "o.sqlite"},
                         streams=[{"name": "door", "labels": ["off", "on"], "model": {"file": str(model)},
-                                  "epsilon": 1.0, "drift_false_alarm": 1e-3}])
+                                  "epsilon": 1.0, "drift_false_alarm": 1e-3, "sample_period": sample_period}])
     return RedactionRuntime(settings, settings.streams[0], SeededSource(4))
 
 
-def _feed(rt: RedactionRuntime, x: np.ndarray, start: int) -> int | None:
+def feed(rt: RedactionRuntime, x: np.ndarray, start: int, period: float = MINUTE) -> int | None:
+    """Frames x[0], x[1], … one ``period`` apart from T0 + start·period; the step of the first
+    drift alarm (None: no alarm, the runtime drained)."""
     for t, s in enumerate(x):
-        rt.on_frame(json.dumps({"value": ["off", "on"][s], "ts": T0 + (start + t) * MINUTE}).encode(),
-                    now=T0 + (start + t) * MINUTE)
+        rt.on_frame(json.dumps({"value": ["off", "on"][s], "ts": T0 + (start + t) * period}).encode(),
+                    now=T0 + (start + t) * period)
         if rt.drift is not None and rt.drift.alarm:
             return start + t
     rt.drain()
@@ -189,18 +193,18 @@ def _feed(rt: RedactionRuntime, x: np.ndarray, start: int) -> int | None:
 def test_the_runtime_continues_the_counts_and_fails_closed_on_an_unreadable_state(tmp_path: Path,
                                                                                  caplog: pytest.LogCaptureFixture):
     x = _drifted(40_000, 7)
-    rt = _runtime(tmp_path)
-    assert _feed(rt, x[:600], 0) is None
+    rt = runtime(tmp_path)
+    assert feed(rt, x[:600], 0) is None
     n1 = rt.drift.transitions
     assert n1 > 500
-    rt2 = _runtime(tmp_path)  # a restart on the same outbox: the counts carry over
+    rt2 = runtime(tmp_path)  # a restart on the same outbox: the counts carry over
     assert rt2.drift.resumed == n1
-    fired = _feed(rt2, x[600:], 600)
+    fired = feed(rt2, x[600:], 600)
     assert fired is not None and rt2.privacy_status()["drift"]["drift"]
     state = tmp_path / "o.drift.door.json"
     state.write_text("not json")
     with caplog.at_level(logging.ERROR, logger="streamguard.stream.redaction_runtime"):
-        rt3 = _runtime(tmp_path)
+        rt3 = runtime(tmp_path)
     assert rt3.drift.alarm and rt3.core.closed_reason is not None
     assert any("drift guard" in r.getMessage() and "failing closed" in r.getMessage() for r in caplog.records)
     assert state.read_text() == "not json"  # left for the operator, never overwritten

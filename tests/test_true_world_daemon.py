@@ -75,11 +75,15 @@ class World:
     max_hold: float | None = None
     #: step → seq of its accepted record (the contract's numbering)
     seq_of: dict[int, int] = field(default_factory=dict)
-    #: a k-state world (issue 12): its transition matrix (alpha, beta unused) and labels
+    #: a k-state world (issue 12): its transition matrix (alpha, beta unused) and labels; a
+    #: time-varying world (issue 25): its kernel sequence (n − 1, k, k), [t] the step t → t+1
     matrix: np.ndarray | None = None
     labels: tuple[str, ...] = LABELS
     #: the stream's ``[model]`` table when it is not the true chain (a model set's file, issue 11)
     model: dict[str, Any] | None = None
+    #: the stream's ``sample_period`` (steps are slots of ``ts``; lost frames are then missing slots
+    #: the daemon counts within a life)
+    sample_period: float | None = None
 
     @property
     def P(self) -> np.ndarray:
@@ -87,19 +91,21 @@ class World:
 
     def describe(self) -> str:
         model = (f"alpha={self.alpha:.4g} beta={self.beta:.4g}" if self.matrix is None
-                 else f"matrix={np.round(self.matrix, 4).tolist()}")
+                 else f"matrix={np.round(self.matrix, 4).tolist()}" if self.matrix.ndim == 2
+                 else f"{len(self.matrix)} kernels")
         return f"seed={self.seed} {model} eps={self.epsilon:.4g} mu={self.mu.tolist()} n={len(self.states)}"
 
 
 def sample_world(seed: int, alpha: float, beta: float, epsilon: float, mu: np.ndarray, n: int,
                  spacing: float = 1.0, matrix: np.ndarray | None = None) -> World:
-    """A world of n steps; binary (alpha, beta) unless ``matrix`` gives a k-state chain."""
+    """A world of n steps; binary (alpha, beta) unless ``matrix`` gives a k-state chain (or a
+    time-varying one: a sequence of n − 1 kernels)."""
     rng = np.random.default_rng(seed)
     P = transition(alpha, beta) if matrix is None else matrix
-    k = P.shape[0]
+    k = P.shape[-1]
     states = [int(rng.choice(k, p=mu))]
-    for _ in range(n - 1):
-        states.append(int(rng.choice(k, p=P[states[-1]])))
+    for t in range(n - 1):
+        states.append(int(rng.choice(k, p=(P if P.ndim == 2 else P[t])[states[-1]])))
     labels = LABELS if matrix is None else tuple(f"s{i}" for i in range(k))
     return World(seed, alpha, beta, epsilon, np.asarray(mu, dtype=float), states,
                  [T0 + spacing * t + spacing / 2 for t in range(n)], matrix=matrix, labels=labels)
@@ -162,6 +168,39 @@ class Script:
         self.w.lives[-1].append(("await-seq", seq, b""))
 
 
+def script_faults(w: World, rng: np.random.Generator, *, duplicates: float = 0.0) -> None:
+    """Script all of ``w``'s steps with the faults of the model-set worlds: one restart in the middle
+    third followed by a hidden gap of 0–3 steps, 5 % lost frames, 5 % malformed ones, 10 % private
+    flags, late commands (8 % after each reading, for one of the last 2–7 readings of the life)
+    and, with ``duplicates`` > 0, that share of readings redelivered right after their frame."""
+    s, n = Script(w), len(w.states)
+    restart_at = int(rng.integers(n // 3, 2 * n // 3))
+    readings: list[int] = []
+    t = 0
+    while t < n:
+        if t == restart_at:
+            s.restart()
+            readings = []
+            t += int(rng.integers(0, 4))  # a hidden gap
+            if t >= n:
+                break
+        roll = rng.uniform()
+        if roll < 0.05:
+            t += 1  # lost
+            continue
+        flag = bool(rng.uniform() < 0.1)
+        if roll < 0.1:
+            s.send(t, "malformed", private=flag)
+        else:
+            data = s.send(t, private=flag)
+            readings.append(t)
+            if duplicates and rng.uniform() < duplicates:
+                s.resend(data)
+        if len(readings) > 3 and rng.uniform() < 0.08:
+            s.command(readings[-int(rng.integers(2, min(len(readings), 8)))])  # often late
+        t += 1
+
+
 def minute_window(ts: float) -> dict[str, str]:
     """The one-minute daily window (local time) that holds ``ts``."""
     start = dt.datetime.fromtimestamp(ts).replace(second=0, microsecond=0)
@@ -189,6 +228,8 @@ def _settings(broker: Broker, w: World, outbox: Path) -> Settings:
         stream["delay"] = w.delay
     if w.max_hold is not None:
         stream["max_hold"] = w.max_hold
+    if w.sample_period is not None:
+        stream["sample_period"] = w.sample_period
     return Settings(device=DEVICE, topic_base=BASE, broker=broker.broker_config(), outbox={"path": outbox},
                     streams=[stream], stdout=False, deterministic_seed=w.seed)
 
@@ -318,13 +359,17 @@ def evaluate(w: World, out: Outcome) -> Verdict:
 
 def _steps_by_position(w: World, out: Outcome, problems: list[str]) -> dict[int, int]:
     """Daemon position → true step. Within a life every frame sent with a step (t ≥ 0) is a new
-    step, in order (each carries its step's ts, or none); a life's first position is anchored on
-    a published record of it (position and ts), else continues the previous life's."""
+    step, in order (each carries its step's ts, or none) — with a ``sample_period`` every slot
+    between a life's first and last frame is (a lost frame is a missing slot); a life's first
+    position is anchored on a published record of it (position and ts), else continues the
+    previous life's."""
     pos_of_ts = {r["ts"]: r["position"] for r in out.records if r.get("position") is not None}
     step_at: dict[int, int] = {}
     base = 0
     for life, frames in enumerate(w.lives):
         steps = [t for kind, t, _ in frames if kind == "frame" and t >= 0]
+        if w.sample_period is not None and steps:
+            steps = list(range(steps[0], steps[-1] + 1))
         anchors = {pos_of_ts[w.ts[t]] - i for i, t in enumerate(steps) if w.ts[t] in pos_of_ts}
         if len(anchors) > 1:
             problems.append(f"life {life}: the published positions do not follow the frames sent")

@@ -17,7 +17,7 @@ import numpy as np
 from brokers import Broker
 from streamguard.model import modelset
 from streamguard.model.calibrate import TransitionData
-from test_true_world_daemon import Script, World, evaluate, run_world, sample_world
+from test_true_world_daemon import World, evaluate, run_world, sample_world, script_faults
 
 #: Transition counts of a calibration: a box of roughly α ∈ [0.07, 0.13], β ∈ [0.15, 0.26] at 99 %.
 COUNTS = np.array([[1827, 196], [195, 781]])
@@ -33,30 +33,7 @@ def _world(seed: int, box: modelset.ModelSet, model_file: Path) -> World:
     w = sample_world(seed, a, b, float(rng.uniform(0.6, 2.5)), np.array([1.0 - u, u]), n, spacing=20.0)
     w.model = {"file": str(model_file)}
     w.delay = int(rng.integers(0, 4))
-    s = Script(w)
-    restart_at = int(rng.integers(n // 3, 2 * n // 3))
-    readings: list[int] = []
-    t = 0
-    while t < n:
-        if t == restart_at:
-            s.restart()
-            readings = []
-            t += int(rng.integers(0, 4))  # a hidden gap
-            if t >= n:
-                break
-        roll = rng.uniform()
-        if roll < 0.05:
-            t += 1  # lost
-            continue
-        flag = bool(rng.uniform() < 0.1)
-        if roll < 0.1:
-            s.send(t, "malformed", private=flag)
-        else:
-            s.send(t, private=flag)
-            readings.append(t)
-        if len(readings) > 3 and rng.uniform() < 0.08:
-            s.command(readings[-int(rng.integers(2, min(len(readings), 8)))])  # often late
-        t += 1
+    script_faults(w, rng)
     return w
 
 
