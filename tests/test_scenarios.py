@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from streamguard.cli import main
-from streamguard.model.scenarios import Scenarios, hour_plans, side_terms
+from streamguard.model.scenarios import Scenarios, hour_plans, side_terms, window_leakage
 from streamguard.model.setchain import SetChain
 
 
@@ -116,3 +116,53 @@ def test_calibrated_model_carries_its_scenarios_and_plan_prints_hours(tmp_path, 
     assert [h["hour"] for h in hours] == list(range(24)) and all(h["redacted"] == h["left"] + h["right"] + 1 for h in hours)
     direct = hour_plans(sc.scenarios, 60.0, 1.0)
     assert [(h["left"], h["right"]) for h in hours] == [(p.left, p.right) for p in direct if p is not None]
+
+
+def _enumerated_rows(kernels: list[np.ndarray], rows: np.ndarray, p: int, nu: np.ndarray) -> float:
+    """As :func:`_enumerated`, with redaction rows: each record t ≠ p is ⊥ with probability
+    rows[t][x], else its value; record p is ⊥; every output and hidden path enumerated."""
+    n = len(kernels) + 1
+    like = {}
+    for path in itertools.product(range(2), repeat=n):
+        w = nu[path[0]]
+        for i in range(n - 1):
+            w *= kernels[i][path[i], path[i + 1]]
+        for mask in itertools.product((0, 1), repeat=n):  # 1: redacted
+            if not mask[p]:
+                continue
+            pr = w
+            for t in range(n):
+                if t != p:
+                    pr *= rows[t][path[t]] if mask[t] else 1.0 - rows[t][path[t]]
+            if pr == 0.0:
+                continue
+            y = tuple(-1 if mask[t] else path[t] for t in range(n))
+            like.setdefault(y, np.zeros(2))[path[p]] += pr
+    law_p = sum(v for v in like.values())
+    worst = -np.inf
+    for v in like.values():
+        c = v / law_p
+        if c.min() > 0:
+            worst = max(worst, abs(float(np.log(c[0] / c[1]))))
+    return worst
+
+
+@pytest.mark.parametrize("L,R,seed", [(1, 1, 1), (2, 2, 2), (3, 1, 3), (1, 3, 4)])
+def test_any_rows_figure_is_the_worst_case_over_every_law(L, R, seed):
+    rng = np.random.default_rng(seed)
+    n = L + R + 3  # the released records at both ends, the window, p
+    kernels = [rng.dirichlet([0.8, 0.8], size=2) for _ in range(n - 1)]
+    p = L + 1
+    rows = np.zeros((n, 2))
+    rows[1:n - 1] = rng.random((n - 2, 2))
+    rows[p] = 1.0
+    left = np.vstack([rows[p - 1:0:-1], np.zeros((1, 2))])
+    right = np.vstack([rows[p + 1:n - 1], np.zeros((1, 2))])
+    left_k = np.stack([kernels[p - j - 1] for j in range(L + 1)])[None]
+    right_k = np.stack([kernels[p + o] for o in range(R + 1)])[None]
+    fig = float(window_leakage(left_k, right_k, left, right)[0])
+    for _ in range(20):
+        assert _enumerated_rows(kernels, rows, p, rng.dirichlet([1, 1])) <= fig + 1e-9
+    eta = 1e-9
+    near = max(_enumerated_rows(kernels, rows, p, np.array([1 - eta, eta])[::s]) for s in (1, -1))
+    assert near == pytest.approx(fig, abs=1e-5)

@@ -41,6 +41,7 @@ from ..chain import MarkovChain, ModelError
 from ..redaction.plan import RedactionPlan, StreamPlan, check_epsilon, plan_redaction, plan_stream
 from .interval import box_leakage_bound, corner_kernels
 from .modelset import ModelSet
+from .scenarios import tod_leakage
 
 Window = tuple[NDArray[np.float64], NDArray[np.float64]]
 Box = tuple[tuple[float, float], tuple[float, float]]
@@ -164,6 +165,13 @@ def worst_leakage(model_set: ModelSet, windows: Sequence[Window], *, target: flo
     if model_set.kind == "finite":
         vals = [(_member_leakage(m.alpha, m.beta, windows), (m.alpha, m.beta)) for m in model_set.members]
         v, member = max(vals, key=lambda t: t[0])
+        if model_set.setchain is not None:  # a set-chain's scenarios: the time-of-day one too (scenarios.py)
+            sc = model_set.setchain
+            assert sc.scenarios is not None
+            tod = max(tod_leakage(sc.scenarios, sc.sample_period, left, right) for left, right in windows)
+            if tod > v:
+                return WorstCase(tod, v, member, 0, "exact: the time-of-day scenario at its worst position of the "
+                                                    "day (bound) above the worst finite member (attained)")
         return WorstCase(v, v, member, 0, "exact, worst finite member")
     return worst_over_box(model_set._ranges(), windows, target=target, rel_tol=rel_tol, max_boxes=max_boxes)
 

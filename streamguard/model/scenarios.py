@@ -235,3 +235,80 @@ def hour_plans(sc: Scenarios, sample_period: float, epsilon: float, *, max_recor
         best = _shortest([tod, const], epsilon, max_records)
         out.append(None if best is None else HourPlan(h, best[0], best[1], sample_period))
     return out
+
+
+# ------------------------------------------------------------- the time-of-day scenario, any rows
+def _extremes(cands: Arr) -> tuple[Arr, Arr]:
+    """Of candidate vectors (M, C, 2), normalised, the ones with the smallest and the largest ratio v0/v1."""
+    c = cands / cands.sum(axis=2, keepdims=True)
+    with np.errstate(divide="ignore"):  # a one-hot start: its ratio is ±∞, as it should be
+        lr = np.log(c[:, :, 0]) - np.log(c[:, :, 1])
+    m = np.arange(cands.shape[0])
+    return c[m, np.argmin(lr, axis=1)], c[m, np.argmax(lr, axis=1)]
+
+
+def _ratio_range(left_k: Arr, right_k: Arr, left: Arr, right: Arr) -> tuple[Arr, Arr, Arr, Arr]:
+    """Binary, per position m: the range over outputs of log Pr(y_left, X_p = 0)/Pr(y_left, X_p = 1)
+    and of log Pr(y_right | X_p = 0)/Pr(y_right | X_p = 1), for rows outward ``left`` (j = 1..) and
+    ``right`` (o = 1..), each side ended by a released record. Each output option maps the pair of
+    extreme vectors monotonically (a ⊥ multiplies by the row and moves one step; a release restarts
+    at the value), so propagating the two extremes is exact (the same recursion as the benchmark's
+    independent evaluator, benchmarks/real_homes.py)."""
+    M = left_k.shape[0]
+    onehot = [np.tile(np.eye(2)[v], (M, 1)) for v in (0, 1)]
+    lo, hi = _extremes(np.stack(onehot, axis=1))  # the released record at −(H + 1)
+    H = left.shape[0]
+    for j in range(H, 0, -1):  # forward: step from X_{p−j−1}, then record p − j
+        Kin, r = left_k[:, j], left[j - 1]
+        opts = [np.einsum("mi,mij->mj", f, Kin) * r[None, :] for f in (lo, hi)] if r.max() > 0 else []
+        opts += [onehot[v] * (1.0 - r[v]) for v in (0, 1) if r[v] < 1.0]
+        lo, hi = _extremes(np.stack(opts, axis=1))
+    ends = np.stack([np.einsum("mi,mij->mj", f, left_k[:, 0]) for f in (lo, hi)], axis=1)
+    llo, lhi = _extremes(ends)
+    R = right.shape[0]
+    end = right_k[:, R]  # backward from the released record at p + R + 1
+    lo, hi = _extremes(np.stack([end[:, :, 0], end[:, :, 1]], axis=1))
+    for o in range(R, 0, -1):
+        Ko, r = right_k[:, o - 1], right[o - 1]
+        opts = [np.einsum("mij,mj->mi", Ko, v * r[None, :]) for v in (lo, hi)] if r.max() > 0 else []
+        opts += [Ko[:, :, v] * (1.0 - r[v]) for v in (0, 1) if r[v] < 1.0]
+        lo, hi = _extremes(np.stack(opts, axis=1))
+    lr = [np.log(v[:, 0]) - np.log(v[:, 1]) for v in (llo, lhi, lo, hi)]
+    return lr[0], lr[1], lr[2], lr[3]
+
+
+def tod_leakage(sc: Scenarios, sample_period: float, left: Arr, right: Arr) -> float:
+    """The leakage about X_p of the rows ``left``/``right`` (outward, (n, 2); a side not ended by a
+    released row gets one: that only adds information) under the time-of-day scenario, the worst
+    over every mark position of the day on the grid of :func:`hour_plans` and over every law before
+    the window: per ordered pair (a, b), max_y log Pr(y_left, a)/Pr(y_left, b) + max_x log U(x, b)/U(x, a)
+    (U the kernels from the farthest left record to p: the prior odds' supremum, module docstring)
+    + max_y log Pr(y_right | a)/Pr(y_right | b). Binary streams."""
+    if sc.k != 2:
+        raise ModelError("the time-of-day scenario check is for binary streams")
+    stop = np.zeros((1, 2))
+    left = left if left.shape[0] and not left[-1].any() else np.vstack([left, stop])
+    right = right if right.shape[0] and not right[-1].any() else np.vstack([right, stop])
+    hourly = smoothed(sc.hourly)
+    step = max(sample_period, HOUR / MAX_POSITIONS)
+    pos = np.arange(0.0, DAY, step)
+    lj = np.arange(left.shape[0])   # kernel of the step from X_{p−j−1}
+    ro = np.arange(right.shape[0])  # kernel of the step from X_{p+o}
+    left_k = hourly[(np.mod(pos[:, None] - (lj[None, :] + 1) * sample_period, DAY) // HOUR).astype(np.int64)]
+    right_k = hourly[(np.mod(pos[:, None] + ro[None, :] * sample_period, DAY) // HOUR).astype(np.int64)]
+    return float(np.max(window_leakage(left_k, right_k, left, right)))
+
+
+def window_leakage(left_k: Arr, right_k: Arr, left: Arr, right: Arr) -> Arr:
+    """Binary, per position m: the leakage about X_p of the rows ``left``/``right`` (outward, each
+    ended by a released row, shapes (L + 1, 2) and (R + 1, 2)) under the kernel sequence
+    ``left_k[m, j]`` (step from X_{p−j−1}, j = 0..L) and ``right_k[m, o]`` (step from X_{p+o},
+    o = 0..R), over every law before the window (:func:`tod_leakage`)."""
+    flo, fhi, blo, bhi = _ratio_range(left_k, right_k, left[:-1], right[:-1])
+    U = np.broadcast_to(np.eye(2), (left_k.shape[0], 2, 2)).copy()
+    for j in range(left.shape[0]):
+        U = np.einsum("mij,mjk->mik", left_k[:, j], U)
+    g = np.log(U[:, :, 0]) - np.log(U[:, :, 1])  # (M, x): log U(x, 0)/U(x, 1)
+    ab = fhi - g.min(axis=1) + bhi  # pair (0, 1)
+    ba = -flo + g.max(axis=1) - blo  # pair (1, 0)
+    return np.maximum(ab, ba)
