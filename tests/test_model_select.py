@@ -18,7 +18,8 @@ import pytest
 from streamguard.cli import main
 from streamguard.model import modelset
 from streamguard.model.select import SelectionError, Transitions, chi2_statistic, select_setchain
-from streamguard.model.setchain import SetChain
+from streamguard.model.scenarios import Scenarios
+from streamguard.model.setchain import Block, SetChain
 
 T0 = 1_764_028_800  # a UTC midnight
 DT = 60.0
@@ -190,6 +191,12 @@ def test_cli_default_writes_a_setchain_that_plan_and_the_daemon_read(tmp_path, c
     bare.write_text(json.dumps({k: v for k, v in doc.items() if k != "scenarios"}))
     with pytest.raises(Exception, match="carries no calibration scenarios"):
         modelset.load(bare)
+    # a k-state one is refused by name: its plans could not be checked under the time-of-day chain
+    three = SetChain(("a", "b", "c"), 60.0, (Block(0.0, np.full((3, 3), 0.2), np.full((3, 3), 0.5)),),
+                     scenarios=Scenarios(np.ones((24, 3, 3), dtype=np.int64), np.ones((1, 3, 3), dtype=np.int64),
+                                         (20000,)))
+    with pytest.raises(Exception, match="3-state set-chain cannot be run yet"):
+        modelset.from_json(three.to_json())
     # the earlier output stays reachable
     assert main(["calibrate", str(rec), "--labels", "off,on", "--sample-period", "60", "--model-class",
                  "homogeneous", "--json"]) == 0

@@ -240,6 +240,9 @@ def _scenario_set(doc: dict[str, Any]) -> ModelSet:
                          "with streamguard calibrate, or calibrate with --model-class homogeneous)")
     if sc.memory != 1:
         raise ModelError("model set: a set-chain with memory > 1 has no first-order scenarios")
+    if sc.k != 2:  # its plans must also hold under the time-of-day chain, checked for binary rows only
+        raise ModelError(f"model set: a {sc.k}-state set-chain cannot be run yet (the time-of-day scenario is "
+                         "checked for binary streams only); calibrate with --model-class homogeneous")
     ms = sc.scenarios.model_set(sc.labels)
     return ModelSet("finite", ms.k, point=ms.point, members=ms.members, labels=ms.labels,
                     calibration={**ms.calibration, "setchain": (sc.calibration or {}).get("file"),
