@@ -166,3 +166,57 @@ def test_any_rows_figure_is_the_worst_case_over_every_law(L, R, seed):
     eta = 1e-9
     near = max(_enumerated_rows(kernels, rows, p, np.array([1 - eta, eta])[::s]) for s in (1, -1))
     assert near == pytest.approx(fig, abs=1e-5)
+
+
+def _feed_until_alarm(guard, x: np.ndarray, t0: float, period: float) -> int | None:
+    """Feed a path as records released unchanged; the step at which the guard fired, or None."""
+    for t, s in enumerate(x):
+        if guard.released(t, t0 + t * period, int(s), (0.0, 0.0)):
+            return t
+    return None
+
+
+def _path(rng: np.random.Generator, kernel_at, n: int) -> np.ndarray:
+    x = np.zeros(n, dtype=np.int64)
+    u = rng.random(n)
+    for t in range(1, n):
+        x[t] = int(u[t] < kernel_at(t - 1)[x[t - 1], 1])
+    return x
+
+
+def test_drift_guard_of_a_scenario_set_holds_the_live_chain_to_what_the_scenarios_span():
+    """The daemon's guard for a set-chain's scenario set tests each block against the range its
+    scenarios span (hourly kernels of the block's hours, day and pooled chains), not the set-chain's
+    wider confidence sets: 30 days drawn from the time-of-day scenario raise no alarm at δ = 1e-3; a
+    day-time departure rate 4× the recording's fires it, where the set-chain's own sets do not."""
+    from streamguard.model import modelset
+    from streamguard.model.block_drift import BlockDriftGuard, partition_for
+    from streamguard.model.select import Transitions, select_setchain
+
+    rng = np.random.default_rng(21)
+    t0, period = 1_764_028_800, 60.0
+
+    def rec(t: int) -> np.ndarray:
+        day = 480 <= t % 1440 < 1140
+        a, b = (0.02, 0.05) if day else (0.002, 0.2)
+        return np.array([[1 - a, a], [b, 1 - b]])
+
+    x = _path(rng, rec, 10 * 1440)
+    sc = select_setchain(Transitions.from_path(x, t0 + period * np.arange(x.size)), ("off", "on"), period, 0.99)
+    ms = modelset.from_json(sc.to_json())
+    assert list(partition_for(ms).starts) == list(sc.starts)
+    hourly = _smoothed(sc.scenarios.hourly.astype(float))
+    quiet = _path(rng, lambda t: hourly[t % 1440 // 60], 30 * 1440)
+    assert _feed_until_alarm(BlockDriftGuard(partition_for(ms), "m", 1e-3), quiet, t0, period) is None
+
+    def busier(t: int) -> np.ndarray:
+        k = rec(t).copy()
+        if 480 <= t % 1440 < 1140:
+            k[0] = [1 - 0.08, 0.08]
+        return k
+
+    busy = _path(rng, busier, 30 * 1440)
+    fired = _feed_until_alarm(BlockDriftGuard(partition_for(ms), "m", 1e-3), busy, t0, period)
+    wide = _feed_until_alarm(BlockDriftGuard(partition_for(sc), "m", 1e-3), busy, t0, period)
+    assert fired is not None and fired < 10 * 1440, fired
+    assert wide is None or wide > fired, (fired, wide)

@@ -70,6 +70,7 @@ from numpy.typing import NDArray
 
 from ..private_files import write_private
 from .modelset import ModelSet
+from .scenarios import smoothed
 from .setchain import SetChain
 
 log = logging.getLogger(__name__)
@@ -134,11 +135,31 @@ def _row_set_ranges(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> NDArray
     return np.clip(np.stack([lo_x, np.maximum(hi_x, lo_x)], axis=-1), 0.0, 1.0)
 
 
+def _scenario_ranges(ms: ModelSet) -> NDArray[np.float64]:
+    """(blocks, k, k, 2): per block of ``ms.setchain``, the entry-wise min and max over the hourly
+    kernels of the hours that meet the block and over the day and pooled chains (the members)."""
+    sc = ms.setchain
+    assert sc is not None and sc.scenarios is not None
+    hourly = smoothed(sc.scenarios.hourly)
+    members = np.stack([m.matrix for m in ms.members])
+    out = []
+    for b in range(len(sc.blocks)):
+        s, e = sc.blocks[b].start, sc.block_end(b)
+        hours = [h for h in range(24) if h * 3600.0 < e and s < (h + 1) * 3600.0]
+        mats = np.concatenate([hourly[hours], members])
+        out.append(np.stack([mats.min(axis=0), mats.max(axis=0)], axis=-1))
+    return np.stack(out)
+
+
 def partition_for(model: ModelSet | SetChain, blocks: int = HOMOGENEOUS_BLOCKS) -> Partition:
-    """The guard's blocks: a set-chain's own (also for the scenario set read from one), or ``blocks``
-    equal UTC blocks for a ModelSet (each with the set's ranges: its claim holds at every step)."""
-    if isinstance(model, ModelSet) and model.setchain is not None:  # a set-chain's scenarios: its own blocks
-        model = model.setchain
+    """The guard's blocks: a set-chain's own, or ``blocks`` equal UTC blocks for a ModelSet (each
+    with the set's ranges: its claim holds at every step). For the scenario set read from a set-chain
+    (modelset._scenario_set) the set-chain's blocks, each with the range its scenarios span
+    (:func:`_scenario_ranges`): the plan holds under the scenarios, not over the set-chain's wider
+    confidence sets, so that is what the live chain is held to."""
+    if isinstance(model, ModelSet) and model.setchain is not None:
+        sc = model.setchain
+        return Partition(sc.starts, _scenario_ranges(model), sc.period, sc.utc_offset)
     if isinstance(model, SetChain):
         return Partition(model.starts, np.stack([_row_set_ranges(b.lo, b.hi) for b in model.blocks]),
                          model.period, model.utc_offset)
