@@ -7,10 +7,10 @@ an independent computation.
 The world (binary: states 0 = "lo", 1 = "hi"): steps t = 0..n-1 of a chain with transition matrix
 P (binary: [[1-α, α], [β, 1-β]], 0 < α, β < 1) and initial law μ — or of a *time-varying* chain,
 P given as a kernel sequence (≥ n−1, k, k) whose P[t] is the kernel of the step t → t+1 (issue 25:
-every formula below holds with the product of the kernels in place of each power of P). Step t emits, independently given
-X_t, either ⊥ or the exact value X_t; ``rows[t] = (Pr(⊥ | X_t=0), …, Pr(⊥ | X_t=k−1))`` is its
-*effective* redaction row: all ones for a step that published nothing (rejected, lost, never
-sent), the row used for a step published once, and the element-wise product of the rows for a
+every formula below holds with the product of the kernels in place of each power of P). Step t
+emits, independently given X_t, either ⊥ or the exact value X_t; ``rows[t] = (Pr(⊥ | X_t=0), …,
+Pr(⊥ | X_t=k−1))`` is its *effective* redaction row: all ones for a step that published nothing
+(rejected, lost, never sent), the row used for a step published once, and the element-wise product of the rows for a
 step published several times with independent draws (:func:`combine_copies`).
 
 Leakage about X_p: L_p = max over a ≠ b and over outputs y with Pr(y | X_p=a) > 0 of
