@@ -1,5 +1,6 @@
 """Runs of private steps (issue 28, hostile input): consecutive private steps that come in bursts —
-rejected frames, missing readings, unvouched and privacy-mode steps — are ONE mark, a run
+rejected frames, missing readings, flagged records, schedule-window, unvouched and privacy-mode
+steps — are ONE mark, a run
 [a, b] (privatizer.coalesces, StreamPrivatizer._extend), with one marks row and at most three
 ledger events (created, became a run, finished) however long it is.
 
@@ -12,14 +13,25 @@ and the forward/backward evaluator of tests/test_button_outage.py on a long run 
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import itertools
+import json
 import math
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from brokers import Broker
+from daemon_harness import daemon_running, until
 
 from test_button_outage import ALPHA, BETA, PI, exact_leakage
 from streamguard import MarkovChain
+from streamguard.config import Settings
 from streamguard.redaction.plan_cache import cached_plan_stream
 from streamguard.sampling import bit_source
 from streamguard.stream.privatizer import Mark, StreamPrivatizer
@@ -51,8 +63,8 @@ def brute_leakage(P: np.ndarray, init: np.ndarray, rows: list[tuple[float, float
 
 def _drive(core: StreamPrivatizer, layout: str) -> tuple[dict[int, tuple[float, ...]], list[Mark]]:
     """Feed ``layout`` ('.' a released-candidate record, 'x' a rejected frame that asks to be
-    private, 'm' a privacy-mode record, 'f' a flagged record), drain, and return the rows used by
-    position and every mark event, in order."""
+    private, 'm' a privacy-mode record, 'f' a flagged record, 's' a record in a schedule window),
+    drain, and return the rows used by position and every mark event, in order."""
     rows: dict[int, tuple[float, ...]] = {}
     events: list[Mark] = []
 
@@ -66,7 +78,8 @@ def _drive(core: StreamPrivatizer, layout: str) -> tuple[dict[int, tuple[float, 
         if c == "x":
             core.skip(now=float(i), ts=float(i), private=True)
         else:
-            core.accept(i % 2, float(i), now=float(i), private=c in "mf", source="mode" if c == "m" else "flag")
+            core.accept(i % 2, float(i), now=float(i), private=c in "mfs",
+                        source={"m": "mode", "s": "schedule"}.get(c, "flag"))
         take()
     core.drain()
     take()
@@ -78,6 +91,10 @@ def _drive(core: StreamPrivatizer, layout: str) -> tuple[dict[int, tuple[float, 
     (0.1, 0.2, 2.0, "..xx....."),
     (0.1, 0.2, 2.0, "...mmmm...."),  # privacy-mode records
     (0.9, 0.8, 1.0, ".....xxx......"),  # λ < 0: the correlation's sign alternates with distance
+    (0.1, 0.2, 2.0, "...ssss...."),  # a schedule window
+    (0.9, 0.8, 1.0, ".....sss......"),
+    (0.1, 0.2, 2.0, "..ffff....."),  # flagged records
+    (0.1, 0.2, 2.0, "...fsxm...."),  # sources mixed: the accounting does not depend on them
 ])
 def test_every_position_of_a_run_leaks_at_most_its_figure_brute_force(alpha: float, beta: float, eps: float,
                                                                        layout: str) -> None:
@@ -127,13 +144,20 @@ def test_a_long_run_of_rejected_frames_is_one_mark_within_its_figure() -> None:
     assert max(truth) >= run.achieved.total - min(run.achieved.left, run.achieved.right) - 1e-9
 
 
-def test_flags_stay_marks_of_their_own_and_a_flag_inside_a_run_changes_nothing() -> None:
+def test_commands_stay_marks_of_their_own_and_a_mark_inside_a_run_changes_nothing() -> None:
     chain = MarkovChain.binary(0.1, 0.2)
     plan = cached_plan_stream(chain, 2.0, design="exact", split="even", cache=None)
     core = StreamPrivatizer(plan, bit_source(3), initial=chain.initial)
-    _, events = _drive(core, "...ff..xx.")
+    _, events = _drive(core, "...ff..xx.ss.s")
     marks = list({id(m): m for m in events}.values())
-    assert [(m.phys, m.last, m.source) for m in marks] == [(3, 3, "flag"), (4, 4, "flag"), (7, 8, "flag")]
+    assert [(m.phys, m.last, m.source) for m in marks] == [(3, 4, "flag"), (7, 8, "flag"), (10, 11, "schedule"),
+                                                           (13, 13, "schedule")]
+    core = StreamPrivatizer(plan, bit_source(3), initial=chain.initial)
+    for i in range(3):
+        core.accept(0, float(i), now=float(i), private=i == 2, source="schedule")
+    core.accept(0, 3.0, now=3.0)
+    command = core.mark(3, source="command")  # a command on the record right after a run: its own mark
+    assert (command.phys, command.last) == (3, 3) and command is not core.covering(2)
     core = StreamPrivatizer(plan, bit_source(3), initial=chain.initial)
     for i in range(3):
         core.accept(0, float(i), now=float(i))
@@ -142,22 +166,27 @@ def test_flags_stay_marks_of_their_own_and_a_flag_inside_a_run_changes_nothing()
     assert core.mark(3, source="command") is run and (run.phys, run.last) == (3, 4)  # seq 3 is position 4
 
 
-def test_a_run_is_restored_whole_after_a_restart() -> None:
+@pytest.mark.parametrize("kind", ["rejected", "schedule"])
+def test_a_run_is_restored_whole_after_a_restart(kind: str) -> None:
     """An open run's stored state names its last step: restored, its right window (fully redacted
-    then) starts after that step, so the first steps after the restart are redacted surely."""
+    then) starts after that step, so the first steps after the restart are redacted surely. (A run
+    of rejected frames, or of a schedule window's records.)"""
     chain = MarkovChain.binary(ALPHA, BETA)
     plan = cached_plan_stream(chain, 1.0, design="optimal", split="even", cache=None)
     core = StreamPrivatizer(plan, bit_source(7), initial=PI)
     for i in range(40):
         core.accept(0, float(i), now=float(i))
     for i in range(40, 240):
-        core.skip(now=float(i), private=True)
+        if kind == "rejected":
+            core.skip(now=float(i), private=True)
+        else:
+            core.accept(1, float(i), now=float(i), private=True, source="schedule")
     [run] = [m for m in core.mark_events if core.is_open(m)][-1:]
     assert (run.phys, run.last) == (40, 239)
     restored = Mark.from_state(run.state())
     assert (restored.phys, restored.last, restored.right.shape[0]) == (40, 239, plan.right_horizon)
     assert restored.run_left == run.run_left is not None  # the left figure survives its rows
-    after = StreamPrivatizer(plan, bit_source(7), first_seq=40, first_phys=240, open_marks=[restored],
+    after = StreamPrivatizer(plan, bit_source(7), first_seq=core.next_seq, first_phys=240, open_marks=[restored],
                              restarted=True, initial=PI)
     for i in range(240, 240 + plan.right_horizon + 40):
         after.accept(0, float(i), now=float(i))
@@ -173,8 +202,8 @@ def test_steps_taken_in_bulk_keep_their_positions_and_their_protection() -> None
     """skip_run (the per-second cap's bulk path): 1,000 more steps of an open run in one call
     decide what was pending at once (all of it in the run, redacted surely) and keep every
     position. The records after the run get the same rows as when each step is taken one by one;
-    a flag on the first of them is a late mark (its left neighbours are decided), honoured, and
-    within its figure by the tests' evaluator."""
+    a command on the first of them is a late mark (its left neighbours are decided), honoured, and
+    within its figure by the tests' evaluator. (A command: a flag there would join the run.)"""
     chain = MarkovChain.binary(ALPHA, BETA)
     plan = cached_plan_stream(chain, 1.0, design="optimal", split="even", cache=None)
     used: list[dict[int, tuple[float, ...]]] = []
@@ -196,7 +225,7 @@ def test_steps_taken_in_bulk_keep_their_positions_and_their_protection() -> None
         rows.update({int(d[0]): tuple(d[1:]) for d in core.last_decisions})
         assert core.next_phys == Q
         for i in range(Q, Q + 80):
-            core.accept(1, float(i), now=float(i), private=bulk and i == Q)
+            core.accept(1, float(i), now=float(i), private=bulk and i == Q, source="command")
             rows.update({int(d[0]): tuple(d[1:]) for d in core.last_decisions})
         core.drain()
         rows.update({int(d[0]): tuple(d[1:]) for d in core.last_decisions})
@@ -204,10 +233,66 @@ def test_steps_taken_in_bulk_keep_their_positions_and_their_protection() -> None
         [run] = [m for m in (*core.finished, *core._marks) if m.phys == 60]
         assert (run.last, run.honoured) == (Q - 1, True)
     plain, bulk_rows = used
-    assert all(plain[t] == bulk_rows[t] for t in range(Q + 30, Q + 80))  # beyond the flag's reach
+    assert all(plain[t] == bulk_rows[t] for t in range(Q + 30, Q + 80))  # beyond the command's reach
     assert all(bulk_rows[t] == (1.0, 1.0) for t in range(Q - 100, Q + 1))
-    [flag] = [m for m in core.finished if m.phys == Q]
-    assert flag.late and flag.honoured and flag.achieved is not None and flag.achieved.total <= 1.0 + 1e-9
+    [command] = [m for m in core.finished if m.phys == Q]
+    assert command.late and command.honoured and command.achieved is not None and command.achieved.total <= 1.0 + 1e-9
     full = {t: bulk_rows.get(t, (1.0, 1.0) if 60 <= t < Q else (0.0, 0.0)) for t in range(0, Q + 80)}
-    assert exact_leakage(full, Q) <= flag.achieved.total * (1 + 1e-9)  # type: ignore[arg-type]
+    assert exact_leakage(full, Q) <= command.achieved.total * (1 + 1e-9)  # type: ignore[arg-type]
     assert max(exact_leakage(full, p) for p in (60, Q - 1)) <= run.achieved.total * (1 + 1e-9)  # type: ignore[arg-type,union-attr]
+
+
+
+@pytest.mark.parametrize("kind", ["schedule", "flag"])
+async def test_a_window_of_private_steps_through_the_daemon_is_one_run(mosquitto: Broker, tmp_path: Path,
+                                                                       kind: str) -> None:
+    """1,000 consecutive private records — inside a schedule window, or each flagged ``"private":
+    true`` — fed to the daemon (stdin path, real Mosquitto): one run, at most 3 ledger events for
+    the whole window and one marks row in the outbox (before: one mark, one row and 2 events per
+    record). Every record of the window is published redacted."""
+    n, before = 1000, 40
+    start = (time.time() - 1000) // 60 * 60  # a whole minute, the window's 10 minutes in the past
+    ts = [start + 3 * (i - before) / 5 for i in range(before + n + 40)]  # 0.6 s apart: n fill the window
+    private = [before <= i < before + n for i in range(len(ts))]
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def frames() -> AsyncIterator[tuple[str, bytes]]:
+        while (f := await queue.get()) is not None:
+            yield "s", f
+
+    stream: dict[str, Any] = {"name": "s", "labels": ["off", "on"], "source": "stdin", "epsilon": 1.0,
+                              "model": {"alpha": 0.1, "beta": 0.2}, "design": "exact"}
+    if kind == "schedule":
+        at = [dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M") for t in (start, start + 600)]
+        stream["schedule"] = [{"start": at[0], "end": at[1], "timezone": "UTC"}]
+    outbox = tmp_path / "outbox.sqlite"
+    settings = Settings(device="night", topic_base="sgn", broker=mosquitto.broker_config(), outbox={"path": outbox},
+                        streams=[stream], stdout=False, deterministic_seed=3)
+    async with daemon_running(settings, extra_sources=[frames]) as (daemon, _, task):
+        await until(lambda: "s" in daemon.runtimes, 60, "the start")
+        for i, t in enumerate(ts[:before]):
+            queue.put_nowait(json.dumps({"value": "on" if i % 3 else "off", "ts": t}).encode())
+        await until(lambda: daemon.stats.frames == before and not daemon._queue, 30, "the frames before")
+        await daemon._flush_stores()
+        assert daemon._ledger is not None
+        events0 = daemon._ledger.head[0]
+        for i, t in enumerate(ts[before:], before):
+            flag = {"private": True} if kind == "flag" and private[i] else {}
+            queue.put_nowait(json.dumps({"value": "on" if i % 3 else "off", "ts": t, **flag}).encode())
+        await until(lambda: daemon.stats.frames == len(ts) and not daemon._queue, 60, "the window")
+        await daemon._flush_stores()
+        rt = daemon.runtimes["s"]
+        rt.core.drain()  # (the run finishes once its right window is decided)
+        await daemon._flush_stores()
+        events = daemon._ledger.head[0] - events0
+        runs = [m for m in (*rt.core.finished, *rt.core._marks) if m.phys >= before]
+        assert not task.done()
+    with sqlite3.connect(outbox) as db:
+        marks_rows = db.execute("SELECT COUNT(*) FROM marks").fetchone()[0]
+        print(f"\n[{kind} window x{n}] marks {len(runs)}, ledger events {events}, marks rows {marks_rows}")
+        assert [(m.phys, m.last, m.honoured) for m in runs] == [(before, before + n - 1, True)]
+        assert 1 <= events <= 3, events  # created, became a run, finished
+        assert marks_rows == 1
+        rows = db.execute("SELECT row0, row1 FROM decisions WHERE seq BETWEEN ? AND ?",
+                          (before, before + n - 1)).fetchall()
+    assert len(rows) == n and set(rows) == {(1.0, 1.0)}  # every record of the window redacted surely

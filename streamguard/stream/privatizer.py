@@ -71,8 +71,9 @@ from ..sampling import REDACTED, BitSource, apply_redaction, thresholds
 #: "mode": a step made while the stream's privacy mode is on (stream/privacy_mode.py).
 MARK_SOURCES = ("flag", "command", "schedule", "unvouched", "mode")
 #: Sources of private steps that come in bursts and coalesce into runs (with the steps that have no
-#: seq: rejected frames, missing readings), see :func:`coalesces`.
-RUN_SOURCES = ("unvouched", "mode")
+#: seq: rejected frames, missing readings), see :func:`coalesces`. Only a command stays a mark of
+#: its own (it names any seq, one at a time).
+RUN_SOURCES = ("flag", "schedule", "unvouched", "mode")
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
 #: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a
@@ -95,9 +96,10 @@ def mixing_gap(chain: MarkovChain) -> int:
 
 def coalesces(seq: int | None, source: str) -> bool:
     """Does a private step join the run ending right before it (:meth:`StreamPrivatizer._extend`)?
-    Steps without a seq (a rejected frame, a missing reading) and unvouched or privacy-mode steps
-    do: they come in bursts (10⁵ malformed frames, an outage, an evening in privacy mode). A flag,
-    command or schedule on a record stays a mark of its own."""
+    Steps without a seq (a rejected frame, a missing reading), flagged records, schedule-window,
+    unvouched and privacy-mode steps do: they come in bursts (10⁵ malformed frames, a night's
+    schedule window, a sensor flagging every frame, an outage, an evening in privacy mode). A
+    command stays a mark of its own. The run's accounting does not depend on its steps' sources."""
     return seq is None or source in RUN_SOURCES
 
 
@@ -138,9 +140,10 @@ class Mark:
     #: The frame's timestamp (None: a frame whose timestamp could not be read).
     ts: float | None = None
     #: A run's last position (None: the mark is the single position ``phys``). A run of consecutive
-    #: private steps taken one after another (rejected frames, unvouched and privacy-mode steps:
-    #: :func:`coalesces`) is one mark: every position phys..through is redacted surely, ``left`` is
-    #: applied outward from ``phys`` and ``right`` outward from ``through`` (StreamPrivatizer._extend).
+    #: private steps taken one after another (rejected frames, flagged, schedule, unvouched and
+    #: privacy-mode steps: :func:`coalesces`) is one mark: every position phys..through is redacted
+    #: surely, ``left`` is applied outward from ``phys`` and ``right`` outward from ``through``
+    #: (StreamPrivatizer._extend).
     through: int | None = None
     #: A run's left figure once every row left of ``phys`` is decided (exact and final then; kept
     #: because a long run outlives the core's memory of those rows).

@@ -166,12 +166,13 @@ class ButtonHearing:
     def _mark(self, p: int, reason: str) -> Mark:
         """Mark step p private as unvouched (a step already marked keeps its mark). Consecutive
         unvouched steps are one mark, a run (privatizer.coalesces): it keeps the reason of its
-        first step, and each step is counted."""
+        first step, and each step is counted (also one that joins a run of another source, e.g. a
+        schedule window's)."""
         was_marked = self.core.covering(p) is not None
         m = self.core.mark_position(p, source="unvouched")
-        if m.source == "unvouched" and not was_marked:
+        if not was_marked:
             self.unvouched += 1
-            if not (m.reason or "").startswith("unvouched"):
+            if m.source == "unvouched" and not (m.reason or "").startswith("unvouched"):
                 # (a late mark keeps the privatizer's reason for not being honoured after ours)
                 m.reason = reason if m.reason is None else f"{reason}; {m.reason}"
         return m
