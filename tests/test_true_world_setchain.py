@@ -209,8 +209,8 @@ async def test_setchain_model_holds_under_members_and_switching_sequences(
 @pytest.mark.slow
 async def test_setchain_model_sweep(mosquitto: Broker, tmp_path: Path,
                                     setchain_model: tuple[Path, modelset.ModelSet]) -> None:
-    """The same over 40 worlds."""
-    await _check(mosquitto, tmp_path, setchain_model, list(range(2600, 2640)))
+    """The same over 24 worlds (~5 min on 2 loaded cores; pytest-timeout is 600 s a test)."""
+    await _check(mosquitto, tmp_path, setchain_model, list(range(2600, 2624)))
 
 
 def test_drift_guard_uses_the_setchains_blocks_and_fails_closed_outside(
