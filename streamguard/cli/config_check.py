@@ -106,7 +106,7 @@ def _model_set_line(ms: Any, wc: Any) -> str:
             f"row {i}: " + ", ".join(f"[{_num(b[i, j, 0], 4)}, {_num(b[i, j, 1], 4)}]" for j in range(ms.k))
             for i in range(ms.k))
         member = "P with rows " + " ".join("(" + ", ".join(_num(v, 4) for v in row) + ")" for row in wc.matrix)
-    if wc.bound > wc.attained:  # a set-chain's scenarios: the time-of-day one is the worst (model/robust.py)
+    if ms.setchain is not None and wc.bound > wc.attained:  # the time-of-day scenario is the worst (robust.py)
         return (f"{head}{region}; the plan's worst case ≤ {_num(wc.bound, 6)} nats under the time-of-day "
                 f"scenario (its worst position of the day; exact), {_num(wc.attained, 6)} under the worst member "
                 f"{member}; the figures below are under that member")
