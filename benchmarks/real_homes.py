@@ -5,9 +5,11 @@ copied into the repository; skipped when absent):
 
 1. split the trace in two halves (by time); write the first half as frames (JSON lines, in a
    temporary directory) and calibrate on it with the product's CLI:
-   - **scenario (default)**: the per-hour window plans of ``streamguard.model.scenarios`` made from the
-     default calibration's counts (exact under the calibration's time-of-day, per-day and pooled
-     chains; docs/time-varying.md §7);
+   - **scenario set, 3R (daemon)**: what the daemon runs for the default calibration's MODEL.json:
+     the robust 3R plan over its scenarios (the day and pooled chains, checked under the
+     time-of-day chain too; docs/time-varying.md §7);
+   - **scenario windows**: the per-hour window plans of ``streamguard.model.scenarios`` made from the
+     same counts (what ``plan --model`` prints first);
    - **set-chain** (the default, ``streamguard calibrate … --confidence 0.99``): the model class
      chosen from the data, and its plan: the per-block window plans of
      ``streamguard.model.tv_plan`` (issue 25 items 2–3; reported "not available" when that module
@@ -30,6 +32,14 @@ copied into the repository; skipped when absent):
    it, the cheapest window that holds under all three held-out chains (per mark, the largest of the
    three references): no window plan that meets the leakage target can cost less.
 
+5. the **real runtime** (benchmarks/real_homes_runtime.py): the product's RedactionRuntime with
+   the default calibration's MODEL.json as its model (what the daemon runs; its plan is also the
+   "scenario set, 3R (daemon)" row above), fed the held-out half as frames (``--quick``: its first
+   7 days) with ``"private": true`` on the readings at 08:30 and 20:30 local; per mark the exact
+   leakage of the rows it actually used (out to the plan's horizons, beyond them released) under
+   each held-out chain, the records it published redacted in the window; the share of records
+   released, the marks it reports honoured and its drift alarm.
+
 Targets (PASS/MISS): max leakage ≤ ε under every held-out chain; median cost ≤ 2× the reference.
 
     python -m benchmarks.real_homes            # the three traces, a few minutes
@@ -51,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from .real_homes_runtime import RuntimeRun, run_runtime
 from ._common import base_parser, environment, environment_line, markdown_table, output_dir, progress, verdict, \
     write_report
 
@@ -61,6 +72,7 @@ EPSILON = 1.0
 CONFIDENCE = 0.99
 DAY, HOUR = 86400.0, 3600.0
 MAX_WINDOW = 4 * 1440  # records per side searched for the reference window
+QUICK_DAYS = 7  # --quick: the real runtime is fed this many days of the held-out half
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -116,10 +128,11 @@ def calibration_args(tr: Trace, first: np.ndarray, work: Path) -> list[str]:
 
 
 def calibrate(tr: Trace, first: np.ndarray, work: Path) -> dict[str, Any]:
-    """The default and the homogeneous calibrations of the first half, and today's robust plan."""
+    """The default and the homogeneous calibrations of the first half (the default's MODEL.json
+    written to ``setchain_file``), and today's robust plan."""
     common = calibration_args(tr, first, work)
-    out: dict[str, Any] = {}
-    r = _cli("calibrate", *common, "--utc-offset", f"{tr.utc_offset:g}", "--json")
+    out: dict[str, Any] = {"setchain_file": work / f"{tr.name}.setchain.json"}
+    r = _cli("calibrate", *common, "--utc-offset", f"{tr.utc_offset:g}", "--out", str(out["setchain_file"]), "--json")
     out["setchain"] = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr.strip()}
     model = work / f"{tr.name}.homogeneous.json"
     r = _cli("calibrate", *common, "--model-class", "homogeneous", "--out", str(model), "--json")
@@ -374,13 +387,91 @@ def hours_inside(cal: dict[str, Any], periodic: np.ndarray, tl: Timeline) -> dic
     return out
 
 
+# ------------------------------------------------------------------------------ the real runtime
+def daemon_run(tr: Trace, second: np.ndarray, cal: dict[str, Any], quick: bool) -> RuntimeRun | str:
+    """The product's redaction runtime over the default calibration's MODEL.json, fed the held-out
+    half (``--quick``: its first QUICK_DAYS days) with two marks a day (benchmarks/real_homes_runtime.py);
+    or why it did not run."""
+    if "error" in cal["setchain"]:
+        return f"calibrate refused: {cal['setchain']['error']}"
+    from streamguard.config import ConfigError
+
+    ts, st = tr.ts[second], tr.state[second]
+    keep = ts < ts[0] + QUICK_DAYS * DAY if quick else np.ones(ts.size, dtype=bool)
+    progress(f"{tr.name}: the real runtime on {int(keep.sum())} held-out readings (plan, then frames)")
+    try:
+        return run_runtime(ts[keep], st[keep], tr.labels, tr.period, tr.utc_offset, cal["setchain_file"], EPSILON)
+    except ConfigError as exc:
+        return f"the runtime refused the model: {exc}"
+
+
+def runtime_result(tr: Trace, run: RuntimeRun, tl: Timeline, chains: dict[str, np.ndarray],
+                   laws: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Per mark of the runtime: the exact leakage of the rows it actually used (this benchmark's
+    evaluator; each side out to the plan's horizon, the records beyond it counted as released — the
+    windows of other marks within the horizon are included as used; the records after the end of
+    the fed span were never published: redacted surely) under each held-out chain,
+    the records it published redacted within the mark's window, and the reference window at that
+    mark; overall the share released, the marks the runtime reports honoured, its drift alarm."""
+    off, n = int(round((run.t0 - tl.t0) / tr.period)), run.rows.shape[0]
+    rows = np.zeros((tl.n, 2))  # before the runtime's first record: released (what an earlier run may have shown)
+    rows[off:off + n] = run.rows
+    rows[off + n:] = 1.0  # after its last one nothing was published (the stream ended)
+    hl, hr = run.horizons
+    pos = off + run.mark_slots
+    if not np.all(rows[pos] == 1.0):
+        raise SystemExit(f"{tr.name}: a mark of the runtime is not redacted surely")
+    leak = {name: np.array([leakage(K, laws[name], rows[p - hl:p][::-1], rows[p + 1:p + hr + 1], np.array([p]))[0]
+                            for p in pos]) for name, K in chains.items()}
+    red = np.array([int(run.redacted[max(0, s - hl):s + hr + 1].sum()) for s in run.mark_slots])
+    ref_l, ref_r = reference_window(chains["hour-of-day"], laws["hour-of-day"], pos, MAX_WINDOW)
+    ref = np.where(ref_l < 0, np.inf, ref_l + ref_r + 1.0)
+    figures = [float((m.get("achieved") or m.get("leakage") or {}).get("total", np.inf)) for m in run.mark_reports]
+    honoured = sum(bool(m["honoured"]) for m in run.mark_reports)
+    worst = {name: float(v.max() / EPSILON) if v.size else float("nan") for name, v in leak.items()}
+    med = float(np.median(red)) if red.size else float("nan")
+    return {"design": run.design, "horizons": list(run.horizons), "marks": int(pos.size), "honoured": honoured,
+            "not_honoured": int(pos.size) - honoured, "reasons": sorted({m["reason"] for m in run.mark_reports
+                                                                         if not m["honoured"]}),
+            "mark_times": [float(tl.ts()[p]) for p in pos],
+            "leakage_over_eps": {name: (v / EPSILON).tolist() for name, v in leak.items()},
+            "max_leakage_over_eps": worst, "max_reported_over_eps": max(figures, default=float("nan")) / EPSILON,
+            "redacted_per_mark": red.tolist(), "median_redacted": med, "median_hours": med * tr.period / HOUR,
+            "reference_median": float(np.median(ref)) if ref.size else float("nan"),
+            "share_released": run.released / max(1, run.released + run.redacted_records),
+            "records": run.released + run.redacted_records,
+            "drift_alarm_hours": None if run.drift_ts is None else (run.drift_ts - run.t0) / HOUR,
+            "drift": run.drift,
+            "leak_ok": bool(pos.size) and all(v <= 1.0 + 1e-9 for v in worst.values()),
+            "cost_ok": bool(ref.size) and med <= 2 * float(np.median(ref))}
+
+
+def runtime_rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    """The real-runtime table's rows."""
+    rows = []
+    for r in results:
+        rt = r["runtime"]
+        if isinstance(rt, str):
+            rows.append([r["trace"], r["model"], rt, *[""] * 9, "MISS", "MISS"])
+            continue
+        w = rt["max_leakage_over_eps"]
+        alarm = "none" if rt["drift_alarm_hours"] is None else f"after {rt['drift_alarm_hours']:.1f} h"
+        rows.append([r["trace"], r["model"], f"{rt['design']} {rt['horizons'][0]}/{rt['horizons'][1]}",
+                     f"{rt['honoured']}/{rt['marks']}", f"{w['homogeneous']:.3g}", f"{w['hour-of-day']:.3g}",
+                     f"{w['per-day']:.3g}", f"{rt['max_reported_over_eps']:.3g}",
+                     f"{rt['median_redacted']:.0f} ({rt['median_hours']:.2f} h)", f"{rt['reference_median']:.0f}",
+                     f"{rt['share_released']:.1%}", alarm, verdict(rt["leak_ok"]), verdict(rt["cost_ok"])])
+    return rows
+
+
 # -------------------------------------------------------------------------------------- main
 def run_trace(tr: Trace, quick: bool, work: Path) -> dict[str, Any]:
     first, second = halves(tr)
     progress(f"{tr.name}: calibrating on the first half ({int(first.sum())} readings)")
     cal = calibrate(tr, first, work)
     sc_plans = setchain_plans(cal["setchain"])
-    horizons = [1]
+    run = daemon_run(tr, second, cal, quick)
+    horizons = [1] if isinstance(run, str) else [1, *run.horizons]
     if "error" not in cal["homogeneous_plan"]:
         hl, hr = homogeneous_rows(cal["homogeneous_plan"])
         horizons += [hl.shape[0], hr.shape[0]]
@@ -445,24 +536,23 @@ def run_trace(tr: Trace, quick: bool, work: Path) -> dict[str, Any]:
         evaluate("homogeneous robust", [(hl, hr, np.arange(marks.size))])
     scen = cal["setchain"].get("scenarios") if "error" not in cal["setchain"] else None
     if scen is None:
-        result["plans"]["scenario (default)"] = {"error": "the calibration carries no scenarios"}
+        result["plans"]["scenario windows"] = {"error": "the calibration carries no scenarios"}
     else:
         from streamguard.model.scenarios import Scenarios, hour_plans
 
         hps = hour_plans(Scenarios.from_dict(scen), tr.period, EPSILON)
         hour = (clock[marks] // HOUR).astype(np.int64)
-        finite = work / f"{tr.name}.scenarios.json"
-        Scenarios.from_dict(scen).model_set(tr.labels).write(finite)
-        r = _cli("plan", "--model", str(finite), "--stream", "--epsilon", str(EPSILON), "--json")
-        if r.returncode != 0:
-            result["plans"]["scenario set, 3R"] = {"error": r.stderr.strip()}
-        else:
-            fl, fr = homogeneous_rows(json.loads(r.stdout))
-            evaluate("scenario set, 3R", [(fl, fr, np.arange(marks.size))])
+        from streamguard.model.robust import stream_windows
+
+        if isinstance(run, str) or run.robust is None:
+            result["plans"]["scenario set, 3R (daemon)"] = {"error": run if isinstance(run, str) else "not robust"}
+        else:  # the plan the runtime built for [streams.model] file = MODEL.json (modelset.load → robust plan)
+            (fl, fr), = stream_windows(run.robust.plan)
+            evaluate("scenario set, 3R (daemon)", [(fl[:-1], fr[:-1], np.arange(marks.size))])
         if any(hp is None for hp in hps):
-            result["plans"]["scenario (default)"] = {"error": "no scenario plan for some hour (refused)"}
+            result["plans"]["scenario windows"] = {"error": "no scenario plan for some hour (refused)"}
         else:
-            evaluate("scenario (default)", [(np.ones((hps[h].left, 2)), np.ones((hps[h].right, 2)),
+            evaluate("scenario windows", [(np.ones((hps[h].left, 2)), np.ones((hps[h].right, 2)),
                                              np.nonzero(hour == h)[0]) for h in np.unique(hour)])
     if isinstance(sc_plans, str):
         result["plans"]["set-chain"] = {"error": sc_plans}
@@ -479,6 +569,7 @@ def run_trace(tr: Trace, quick: bool, work: Path) -> dict[str, Any]:
             evaluate("set-chain", [(np.ones((bps[b].left, 2)), np.ones((bps[b].right, 2)), np.array(ix))
                                    for b, ix in groups.items()])
             result["plans"]["set-chain"]["blocks"] = [None if bp is None else bp.cost_text() for bp in bps]
+    result["runtime"] = run if isinstance(run, str) else runtime_result(tr, run, tl, chains, laws)
     return result
 
 
@@ -528,6 +619,17 @@ def main() -> int:
                        rows, "lllrrrrrrrll"),
         "", "Out-of-sample coverage: held-out hourly kernels (+½) inside the first half's sets, of 24.", "",
         markdown_table(["trace", "set-chain block of the hour", "homogeneous 99 % region"], inside),
+        "", "## The real runtime (RedactionRuntime over calibrate's default MODEL.json, ε = 1)", "",
+        "The held-out half fed as frames"
+        + (f" (its first {QUICK_DAYS} days)" if args.quick else "")
+        + "; marks: `private: true` on the readings at 08:30 and 20:30 local. Leakage: exact, of the rows the "
+        "runtime actually used around each mark (out to the plan's horizons, beyond them released), under the "
+        "held-out chains; reported: the runtime's own largest mark figure; redacted: records it published "
+        "redacted in the mark's window (median); reference: the cheapest window that holds under the held-out "
+        "periodic chain at those marks (median); released: share of all records fed.", "",
+        markdown_table(["trace", "model chosen (first half)", "plan (left/right)", "honoured", "homog.",
+                        "hour-of-day", "per-day", "reported", "redacted / mark", "reference", "released",
+                        "drift alarm", "leak ≤ ε", "cost ≤ 2× ref"], runtime_rows(results), "llllrrrrrrrlll"),
         "", environment_line(env)])
     write_report(out, "real_homes", args.quick, report, {"results": results, "environment": env})
     return 0
