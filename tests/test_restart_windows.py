@@ -151,7 +151,9 @@ def tally(case: CoreCase, out: CoreOutcome, count: Count, gaps: tuple[int, ...] 
     for p, mk in sorted(out.reports.items()):
         if p < 0:
             continue
-        v = max(any_law_leakage(P, out.rows, p, out.boundaries, _horizon(P), gaps) for P in _chains(case))
+        # a run of private steps (flags, issue 28) is one mark whose figure covers every step in it
+        v = max(any_law_leakage(P, out.rows, q, out.boundaries, _horizon(P), gaps)
+                for P in _chains(case) for q in range(p, int(mk.get("last", p)) + 1))
         count.marks += 1
         count.honoured += bool(mk["honoured"])
         count.late += bool(mk["late"])
@@ -271,7 +273,7 @@ def test_the_outbox_keeps_recent_restarts(tmp_path: Path) -> None:
 def test_random_multi_restart_family() -> None:
     """2–4 lives, marks on time and late, binary point model (before the fix: 9 of 150 figures below
     the value, up to 0.274 nats, and 2 honoured marks above ε)."""
-    count = sweep(range(0, 60))
+    count = sweep(range(0, 80))  # (consecutive flags are one run since issue 28: fewer marks a case)
     assert count.marks >= 120 and count.late >= 60, count
     assert count.below == 0 and count.over == 0, "\n".join(count.problems[:20])
 
@@ -287,7 +289,7 @@ def test_random_multi_restart_family_over_a_box() -> None:
 def test_random_multi_restart_family_k_states() -> None:
     """The same for 3-state chains (the exact k-state design; before the fix: 4 of 55 figures below
     the value in seeds 0..19, two of them in these)."""
-    count = sweep(range(2, 7), k=3)
+    count = sweep(range(2, 9), k=3)  # (consecutive flags are one run since issue 28: fewer marks a case)
     assert count.marks >= 12 and count.late >= 6, count
     assert count.below == 0 and count.over == 0, "\n".join(count.problems[:20])
 
