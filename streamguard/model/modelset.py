@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -244,10 +244,8 @@ def _scenario_set(doc: dict[str, Any]) -> ModelSet:
         raise ModelError(f"model set: a {sc.k}-state set-chain cannot be run yet (the time-of-day scenario is "
                          "checked for binary streams only); calibrate with --model-class homogeneous")
     ms = sc.scenarios.model_set(sc.labels)
-    return ModelSet("finite", ms.k, point=ms.point, members=ms.members, labels=ms.labels,
-                    calibration={**ms.calibration, "setchain": (sc.calibration or {}).get("file"),
-                                 "sample_period": sc.sample_period},
-                    setchain=sc)
+    return replace(ms, calibration={**ms.calibration, "setchain": (sc.calibration or {}).get("file"),
+                                    "sample_period": sc.sample_period}, setchain=sc)
 
 
 def load(path: Path) -> ModelSet:

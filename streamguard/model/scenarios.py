@@ -41,6 +41,7 @@ plans hold under the chains fitted to the held-out halves (benchmarks/real_homes
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -137,9 +138,7 @@ class Scenarios:
 
 def dt_text(epoch_day: int) -> str:
     """An epoch day number as YYYY-MM-DD."""
-    import datetime as _dt
-
-    return (_dt.date(1970, 1, 1) + _dt.timedelta(days=int(epoch_day))).isoformat()
+    return (dt.date(1970, 1, 1) + dt.timedelta(days=int(epoch_day))).isoformat()
 
 
 # ----------------------------------------------------------------------------------- the figure
@@ -193,6 +192,21 @@ def _shortest(terms: list[tuple[Arr, Arr]], epsilon: float, max_records: int) ->
     return best, int(need[best])
 
 
+def _grid_step(sample_period: float) -> float:
+    """Seconds between the mark positions tried for the time-of-day scenario (≤ MAX_POSITIONS an hour)."""
+    return max(sample_period, HOUR / MAX_POSITIONS)
+
+
+def _window_kernels(hourly: Arr, pos: Arr, n_left: int, n_right: int, sample_period: float) -> tuple[Arr, Arr]:
+    """The time-of-day scenario's kernels around marks at clock ``pos`` (seconds after local
+    midnight): ``left[m, j]`` of the step from X_{p−j−1} (j < n_left), ``right[m, o]`` of the step
+    from X_{p+o} (o < n_right); a step uses the kernel of its source record's hour."""
+    def at(offsets: NDArray[np.float64]) -> Arr:
+        return hourly[(np.mod(pos[:, None] + offsets[None, :] * sample_period, DAY) // HOUR).astype(np.int64)]
+
+    return at(-(np.arange(n_left) + 1.0)), at(np.arange(n_right, dtype=np.float64))
+
+
 @dataclass(frozen=True)
 class HourPlan:
     """The window of a mark in local hour ``hour``: redact ``left`` records before, ``right`` after."""
@@ -224,14 +238,10 @@ def hour_plans(sc: Scenarios, sample_period: float, epsilon: float, *, max_recor
     seq = np.broadcast_to(kerns[:, None], (kerns.shape[0], W1, sc.k, sc.k))
     const = side_terms(seq, seq)
     hourly = smoothed(sc.hourly)
-    step = max(sample_period, HOUR / MAX_POSITIONS)
-    offs = np.arange(W1, dtype=np.float64)
     out: list[HourPlan | None] = []
     for h in range(24):
-        pos = h * HOUR + np.arange(0.0, HOUR, step)
-        left_h = (np.mod(pos[:, None] - (offs[None, :] + 1) * sample_period, DAY) // HOUR).astype(np.int64)
-        right_h = (np.mod(pos[:, None] + offs[None, :] * sample_period, DAY) // HOUR).astype(np.int64)
-        tod = side_terms(hourly[left_h], hourly[right_h])
+        pos = h * HOUR + np.arange(0.0, HOUR, _grid_step(sample_period))
+        tod = side_terms(*_window_kernels(hourly, pos, W1, W1, sample_period))
         best = _shortest([tod, const], epsilon, max_records)
         out.append(None if best is None else HourPlan(h, best[0], best[1], sample_period))
     return out
@@ -289,13 +299,8 @@ def tod_leakage(sc: Scenarios, sample_period: float, left: Arr, right: Arr) -> f
     stop = np.zeros((1, 2))
     left = left if left.shape[0] and not left[-1].any() else np.vstack([left, stop])
     right = right if right.shape[0] and not right[-1].any() else np.vstack([right, stop])
-    hourly = smoothed(sc.hourly)
-    step = max(sample_period, HOUR / MAX_POSITIONS)
-    pos = np.arange(0.0, DAY, step)
-    lj = np.arange(left.shape[0])   # kernel of the step from X_{p−j−1}
-    ro = np.arange(right.shape[0])  # kernel of the step from X_{p+o}
-    left_k = hourly[(np.mod(pos[:, None] - (lj[None, :] + 1) * sample_period, DAY) // HOUR).astype(np.int64)]
-    right_k = hourly[(np.mod(pos[:, None] + ro[None, :] * sample_period, DAY) // HOUR).astype(np.int64)]
+    pos = np.arange(0.0, DAY, _grid_step(sample_period))
+    left_k, right_k = _window_kernels(smoothed(sc.hourly), pos, left.shape[0], right.shape[0], sample_period)
     return float(np.max(window_leakage(left_k, right_k, left, right)))
 
 
