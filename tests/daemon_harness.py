@@ -20,6 +20,8 @@ import asyncio
 import contextlib
 import json
 import math
+import signal
+import subprocess
 from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -138,6 +140,16 @@ async def publish_all(cfg: BrokerConfig, items: Iterable[tuple[str, bytes]], *, 
             if pause_every and n % pause_every == 0:
                 await asyncio.sleep(pause)
     return n
+
+
+def stop_daemon(p: subprocess.Popen[bytes]) -> int:
+    """SIGTERM a daemon process and wait for it (25 s, then SIGKILL and 10 s more): its exit status."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.wait(25)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.wait(10)
 
 
 async def until(done: Callable[[], bool], timeout: float, what: str) -> None:

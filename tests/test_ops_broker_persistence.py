@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from brokers import DEVICE_USERS, DeviceAndCentral
-from daemon_harness import Spy, daemon_toml, publish_all, running, until
+from daemon_harness import Spy, daemon_toml, publish_all, running, stop_daemon, until
 
 BASE, DEVICE, STREAM = "streamguard", "pk", "s"  # (the shipped ACL's topic base)
 DATA = f"{BASE}/{DEVICE}/{STREAM}/data"
@@ -36,13 +35,6 @@ def _start(conf: Path, log: Path) -> subprocess.Popen[bytes]:
                                 stdin=subprocess.DEVNULL, stderr=err, env=env)
 
 
-def _stop(p: subprocess.Popen[bytes]) -> int:
-    p.send_signal(signal.SIGTERM)
-    try:
-        return p.wait(25)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        return p.wait(10)
 
 
 async def test_frames_acknowledged_before_a_broker_sigkill_are_kept(device_and_central: DeviceAndCentral,
@@ -59,7 +51,7 @@ async def test_frames_acknowledged_before_a_broker_sigkill_are_kept(device_and_c
         try:
             await until(lambda: "online" in watcher.states(STATUS), 60, "the daemon online")
         finally:
-            assert _stop(first) == 0, log.read_text()
+            assert stop_daemon(first) == 0, log.read_text()
     frames = [(f"{BASE}/{DEVICE}/{STREAM}/raw", json.dumps({"value": "off", "ts": 1.79e9 + i}).encode())
               for i in range(N)]
     t = time.monotonic()
@@ -75,7 +67,7 @@ async def test_frames_acknowledged_before_a_broker_sigkill_are_kept(device_and_c
             with contextlib.suppress(AssertionError):
                 await spy.wait_until(lambda: len(spy.seqs(DATA)) >= N, 30, "the records")
         finally:
-            assert _stop(second) == 0, log.read_text()
+            assert stop_daemon(second) == 0, log.read_text()
         with contextlib.suppress(AssertionError):  # (the release delay's records come at the stop)
             await spy.wait_until(lambda: len(spy.seqs(DATA)) >= N, 5, "the held records")
     lost = N - len(spy.seqs(DATA))

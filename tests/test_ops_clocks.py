@@ -117,11 +117,10 @@ async def test_wall_clock_steps_do_not_stop_the_resampled_grid(mosquitto: Any, t
     import asyncio
     import contextlib
     import os
-    import signal
     import subprocess
     import sys
 
-    from daemon_harness import Spy, running
+    from daemon_harness import Spy, running, stop_daemon
     from ingest_harness import retain
 
     offset = tmp_path / "faketime"
@@ -179,12 +178,7 @@ values = {{ "true" = "occupied", "false" = "vacant" }}
                 counted.append(steps() - before)
             await asyncio.sleep(2.5)  # (a privacy status refresh)
         finally:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(25)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+            stop_daemon(p)
     err = p.stderr.read().decode() if p.stderr else ""
     ingest = json.loads(spy.on("/privacy")[-1].payload)["ingest"]
     print(f"steps in 3 s after the wall clock stepped back 1 h, then forward 1 h: {counted}; "
@@ -206,12 +200,7 @@ values = {{ "true" = "occupied", "false" = "vacant" }}
             with contextlib.suppress(AssertionError):
                 await spy.wait_until(lambda: len(spy.seqs(data)) >= before + 10, 30, "steps after the restart")
         finally:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(25)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+            stop_daemon(p)
     after_restart = len(spy.seqs(data)) - before
     print(f"steps after a restart an hour behind the stored ones: {after_restart}")
     assert after_restart >= 10, p.stderr.read().decode() if p.stderr else ""

@@ -11,14 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from brokers import Broker
-from daemon_harness import Spy, daemon_toml, first_occurrences, publish_all, running, until
+from daemon_harness import Spy, daemon_toml, first_occurrences, publish_all, running, stop_daemon, until
 
 from streamguard.cli.common import EXIT_IN_USE
 
@@ -67,12 +66,7 @@ async def test_a_fresh_outbox_under_a_published_identity_refuses(mosquitto: Brok
     finally:
         for p in (first, second):
             if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(25)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(10)
+                stop_daemon(p)
     order, payloads = first_occurrences(spy.records(DATA))
     conflicting = sorted(s for s, p in payloads.items() if len(p) > 1)
     err = second.stderr.read().decode() if second is not None and second.stderr else ""

@@ -113,7 +113,7 @@ async def test_frames_published_right_after_ready_are_all_decided(mosquitto: Bro
     raw frames the moment READY=1 arrives (a first start: no session waits at the broker yet)
     gets every frame decided and published (before: READY came before the input session had
     subscribed, and the frames of the first ~0.1 s were lost)."""
-    from daemon_harness import Spy, running
+    from daemon_harness import Spy, running, stop_daemon
 
     from streamguard.config import PublishConfig
     from streamguard.stream.transport import MqttTransport
@@ -143,12 +143,7 @@ async def test_frames_published_right_after_ready_are_all_decided(mosquitto: Bro
                 with contextlib.suppress(AssertionError):
                     await spy.wait_until(lambda: len(spy.seqs("sgr/rd/s/data")) >= n, 15, "records")
             finally:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(25)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(10)
+                stop_daemon(p)
     got = len(spy.seqs("sgr/rd/s/data"))
     print(f"frames published right after READY=1: {got} of {n} decided")
     assert got == n, (got, p.stderr.read().decode() if p.stderr else "")
