@@ -229,8 +229,8 @@ def from_json(doc: Any) -> ModelSet:
 def _scenario_set(doc: dict[str, Any]) -> ModelSet:
     """A time-of-day set-chain (``calibrate``'s default) is used through its calibration's scenarios:
     the ``finite`` set of each recorded day's chain and the pooled chain (docs/time-varying.md §7),
-    with the set-chain kept for the drift guard, which tests the live chain per time-of-day block
-    against the set-chain's own sets (model/block_drift.py). A set-chain without scenarios (written
+    with the set-chain kept for the drift guard, which holds each of its time-of-day blocks to the
+    range the scenarios span (model/block_drift.py). A set-chain without scenarios (written
     by hand, or before they were kept) is refused by name."""
     from .setchain import SetChain
 
