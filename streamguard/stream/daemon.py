@@ -36,6 +36,9 @@ SIGTERM/SIGINT (or the ``stop`` event) end intake, decide what is pending, store
 decided (under ``stop-input`` past ``max_records`` if the outbox is full), drain the outbox, publish
 ``offline`` and disconnect — all within ``SHUTDOWN_TIMEOUT`` (inside the systemd unit's
 ``TimeoutStopSec``); what is not acknowledged by then stays in the outbox for the next start.
+A stop that finds the disk full stores into the room of the shutdown reserve, allocated at start
+(stream/disk.py, :class:`~.disk.Reserve`): the records held for the release delay, whose frames
+were acknowledged long ago, are not lost; it then exits 74 naming the frames left unacknowledged.
 
 One daemon per outbox: :meth:`Daemon.run` holds an exclusive lock on the outbox and the ledger
 (:class:`~.outbox.ExclusiveLock`) and raises :class:`~.outbox.InUse` at once if another process
@@ -87,7 +90,7 @@ from .runtime import Resume, StreamRuntime
 from .runtimes import make_runtime
 from ..redaction.plan_cache import PlanCache, beside
 from .disk import RETRY_INTERVAL as DISK_RETRY
-from .disk import DiskFull, FullEpisodes, is_disk_full, probe_room
+from .disk import DiskFull, FullEpisodes, Reserve, is_disk_full, probe_room, reserve_bytes, reserves
 from .metrics import textfile_loop
 from .systemd import Notifier
 from .transport import PROMPT, ConnectRefused, Message, MqttTransport, Transport, TransportError, reconnecting
@@ -232,6 +235,10 @@ class Daemon:
         self._in_hand: list[_StoreEntry] = []  # the group the writer is storing
         #: The disk's full/room state with hysteresis (stream/disk.py).
         self._disk = FullEpisodes()
+        #: The shutdown reserve on each filesystem of the outbox and the ledger (stream/disk.py), and
+        #: the records queued when a stop on a full disk released it (None: not released).
+        self._reserves: list[Reserve] = []
+        self._reserve_used: int | None = None
         #: Raw frames received on the input connection and not acknowledged when it last ended.
         self.unacknowledged = 0
         self._idle = asyncio.Event()  # the writer has nothing in hand (an inline commit is over when it returns)
@@ -557,8 +564,11 @@ class Daemon:
 
     async def _disk_full(self, exc: BaseException) -> None:
         """The disk is full (stream/disk.py): say so once, free the WAL files, wait and let the
-        writer retry; intake waits meanwhile."""
+        writer retry; intake waits meanwhile. Once intake has stopped (a stop), release the
+        reserve instead and let the writer retry at once into the freed space."""
         self.stats.disk_full_waits += 1
+        if self._closing and self._release_reserve():
+            return
         if self._disk.failed(time.time(), time.monotonic()):  # (one line per episode: FullEpisodes)
             self.stats.disk_full_since = self._disk.since
             log.error("the disk holding the outbox or the ledger is full (%s): intake is held (nothing more "
@@ -571,6 +581,37 @@ class Daemon:
         except (sqlite3.OperationalError, OSError) as err:
             log.debug("checkpoint on a full disk failed: %s", err)
         await asyncio.sleep(DISK_RETRY)
+
+    def _release_reserve(self) -> bool:
+        """Release every reserve not yet released (a stop on a full disk). Returns whether any was."""
+        freed = [r for r in self._reserves if r.release()]
+        if not freed:
+            return False
+        self._reserve_used = self._unstored()
+        log.warning("shutdown on a full disk: the reserve (%d KiB) is released to store the %d decided record(s)",
+                    sum(r.size for r in freed) // 1024, self._reserve_used)
+        return True
+
+    def _held_bound(self) -> int:
+        """Records a stop on a full disk may have to store (disk.reserve_bytes). Per redaction
+        stream: those held for the release delay (at most delay + start hold + 1; with a privacy
+        button, ``delay`` more: vouch.py ends a hold while it is not heard after ``delay`` unheard
+        steps) and one window per aggregate query; plus one store group (decided when the disk
+        filled: intake is held after it) and, with mapped sensors (their grid goes on while intake
+        is held), the whole store queue."""
+        held = sum(rt.core.delay * (2 if name in self.hearings else 1) + rt.core.start_hold + 1  # type: ignore[operator]
+                   for name, rt in self.runtimes.items() if isinstance(rt, RedactionRuntime))
+        held += sum(len(rt.cfg.aggregates) for rt in self.runtimes.values())
+        return held + STORE_GROUP + (STORE_QUEUE_LIMIT if self.ingest.streams else 0)
+
+    def _create_reserves(self) -> None:
+        """The shutdown reserve beside the outbox (and the ledger, on another filesystem), sized
+        from the streams (disk.reserve_bytes); no room for it raises :class:`DiskFull` (exit 74)."""
+        s = self.settings
+        size = reserve_bytes(self._held_bound(), len(self.runtimes))
+        self._reserves = reserves([s.outbox.path, s.ledger_path()], size)
+        for r in self._reserves:
+            r.create()
 
     async def _flush_stores(self) -> None:
         """Wait until everything queued is in the outbox."""
@@ -1032,6 +1073,7 @@ class Daemon:
             rt = self.runtimes.get(name)
             if ing.button is not None and ing.resampler is not None and isinstance(rt, RedactionRuntime):
                 self.hearings[name] = ButtonHearing(rt.core, rt.steps, ing.resampler.period, now=self.ingest.clock())
+        self._create_reserves()  # (no room: DiskFull, one line, exit 74)
         self._discovery = Discovery(s, self.runtimes.values())
         self._publisher = Publisher(box, self._transport("-pub", will=False), s.publish, backoff=PROMPT)
         self._control = self._transport("", will=True)
@@ -1148,22 +1190,18 @@ class Daemon:
             drained += len(releases)
             if self._enqueue(rt, releases):
                 self._queued.set()
-        full: DiskFull | None = None
+        stored_all = False  # (a writer that failed stores nothing more: its failure is raised below)
         if not writer.done():
             try:
                 async with asyncio.timeout_at(deadline - OFFLINE_RESERVE):
                     await self._flush_stores()
+                stored_all = True
             except TimeoutError:
-                unstored = sum(len(e.items) for e in (*self._in_hand, *self._queue))
                 if not self._disk.failing:
-                    log.error("shutdown: %d decided records could not be stored in time", unstored)
-                else:  # (exit 74: cli/daemon.py)
-                    full = DiskFull(
-                        f"the disk is still full at shutdown: {self.unacknowledged} raw frame(s) stay "
-                        f"unacknowledged at the broker (delivered again at the next start); {unstored} decided "
-                        f"record(s) not stored, up to {min(drained, unstored)} of them held for the release delay "
-                        "from frames acknowledged earlier (lost as at a crash)")
-                    log.error("shutdown: %s", full)
+                    log.error("shutdown: %d decided records could not be stored in time", self._unstored())
+        full = self._full_at_stop(drained, stored_all)  # (exit 74: cli/daemon.py)
+        if full is not None:
+            log.error("shutdown: %s", full)
         await _stop_tasks([writer], TASK_STOP_TIMEOUT)
         # the other daemon owns the identity: leave it alone; or the broker refuses us: no use trying
         # (or the identity check has not passed: its retained statuses may be another outbox's)
@@ -1188,6 +1226,30 @@ class Daemon:
             raise failure
         if full is not None:
             raise full
+
+    def _unstored(self) -> int:
+        """Decided records not stored yet (the writer's group in hand and the queue)."""
+        return sum(len(e.items) for e in (*self._in_hand, *self._queue))
+
+    def _full_at_stop(self, drained: int, stored_all: bool) -> DiskFull | None:
+        """The one line (exit 74) of a stop that met a full disk, None if it did not. The frames
+        left unacknowledged at the broker are delivered again; with the reserve released and
+        everything stored (``stored_all``) nothing acknowledged is lost, else the line names the
+        records lost — up to ``drained`` of them held for the release delay from frames
+        acknowledged earlier."""
+        used = self._reserve_used
+        if used is None and not (self._disk.failing and not stored_all):
+            return None
+        at_broker = (f"{self.unacknowledged} raw frame(s) stay unacknowledged at the broker (delivered again at the "
+                     "next start)")
+        if stored_all:
+            return DiskFull(f"the disk is full at shutdown: the reserve was released to store the {used} decided "
+                            f"record(s) pending ({drained} held for the release delay), none lost; {at_broker}; "
+                            "the next start needs room for the reserve again")
+        unstored = self._unstored()
+        return DiskFull(f"the disk is still full at shutdown{'' if used is None else ', even with the reserve released'}:"
+                        f" {at_broker}; {unstored} decided record(s) not stored, up to {min(drained, unstored)} of them "
+                        "held for the release delay from frames acknowledged earlier (lost as at a crash)")
 
     @staticmethod
     def _left(deadline: float) -> float:

@@ -13,6 +13,14 @@ the broker keeps what could not be stored, as it does for slow handling, and a S
 disk is still full ends with :class:`DiskFull` (exit 74) naming how many frames stay
 unacknowledged at the broker. At start, a full disk — or one without room for the next write
 (:func:`probe_room`) — is one line and exit status 74 (EX_IOERR; cli/daemon.py).
+
+The records held in memory for the release delay are the exception to "the broker keeps it":
+their frames were acknowledged when they arrived (raw readings never touch disk), and they are
+decided only at the stop. A :class:`Reserve` — a preallocated file of :func:`reserve_bytes` beside
+the outbox (and the ledger, on another filesystem) — is the room kept for them: a stop that finds
+the disk full releases it and stores everything decided into the freed space, so no acknowledged
+frame is lost (issue 28); the next start re-creates it, or exits 74 if there is still no room.
+While running, a full disk is back-pressure only: the reserve is not touched.
 """
 
 from __future__ import annotations
@@ -43,6 +51,30 @@ ROOM_HOLD = 60.0
 #: written, synced and removed; :func:`probe_room`), else one line and exit 74: a daemon that
 #: started on a full disk could store nothing and held every frame (issue 28).
 START_ROOM = 256 * 1024
+
+
+#: The reserve's size (:func:`reserve_bytes`): per record, per stream, the factor over both and the
+#: floor. Measured with :meth:`Outbox.store` on tmpfs, one entry per stream and 256 entries a
+#: transaction as the shutdown writes them, 260-byte payloads with their decision rows: 0.53–0.67
+#: KiB a record (database pages and WAL frames) at ≥ 10 records a stream, 5.6–13 KiB a stream (its
+#: pages of the positions, decisions and marks tables; 1,000 streams), 40 KiB for one record. A
+#: daemon's stop on a full disk, 20 streams holding 4,020 records with a mark every 25 (marks and
+#: ledger rows included: a few per mark, never per step — a run is one mark): 0.28 KiB a record,
+#: within the allowance before the factor (tests/test_disk_backpressure.py). The factor 2 covers
+#: payloads longer than measured (k-state redaction rows) and the publisher's deletions at the stop.
+RESERVE_PER_RECORD = 1024
+RESERVE_PER_STREAM = 16 * 1024
+RESERVE_FACTOR = 2
+RESERVE_FLOOR = 1024 * 1024
+
+
+def reserve_bytes(held: int, streams: int) -> int:
+    """Bytes kept for the stop's store (:class:`Reserve`): max(RESERVE_FLOOR, RESERVE_FACTOR ·
+    (RESERVE_PER_STREAM · ``streams`` + RESERVE_PER_RECORD · ``held``)), where ``held`` bounds the
+    records decided but not stored when a stop meets a full disk (the daemon's
+    ``Daemon._held_bound``: per redaction stream delay + start hold + 1 + its aggregate windows,
+    plus the entries the store queue can hold while intake is held)."""
+    return max(RESERVE_FLOOR, RESERVE_FACTOR * (RESERVE_PER_STREAM * streams + RESERVE_PER_RECORD * held))
 
 
 class DiskFull(OSError):
@@ -80,6 +112,71 @@ def probe_room(path: str | os.PathLike[str], nbytes: int = START_ROOM) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
+
+
+class Reserve:
+    """A preallocated file (``os.posix_fallocate``: its blocks are taken, not a sparse hole) of
+    ``size`` bytes, private (0600), in the directory of a database: room kept for storing what a
+    stop decides when the disk is full (module docstring). It outlives a normal stop (the next start
+    then allocates nothing new); :meth:`release` removes it. On a filesystem that compresses or
+    deduplicates zeros (ZFS, btrfs with compression) allocated blocks may still not be room: the
+    stop then ends as without a reserve, naming what was lost."""
+
+    def __init__(self, path: str | os.PathLike[str], size: int) -> None:
+        self.path, self.size = os.fspath(path), size
+        self.released = False
+
+    @classmethod
+    def beside(cls, path: str | os.PathLike[str], size: int) -> Reserve:
+        """The reserve of the database at ``path``: ``.<name>.reserve`` in its directory."""
+        where, name = os.path.split(os.path.abspath(path))
+        return cls(os.path.join(where, f".{name}.reserve"), size)
+
+    def create(self) -> None:
+        """Allocate the file (a larger one left by another configuration is cut to ``size``);
+        raise :class:`DiskFull` — with nothing left behind — if the disk has no room for it."""
+        try:
+            self._allocate()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            raise DiskFull(f"no room for the next write in {os.path.dirname(self.path)} (the shutdown reserve "
+                           f"of {self.size // 1024} KiB could not be allocated: {exc.strerror})") from None
+        self.released = False
+
+    def _allocate(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            if os.fstat(fd).st_size > self.size:
+                os.ftruncate(fd, self.size)
+            os.posix_fallocate(fd, 0, self.size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def release(self) -> bool:
+        """Remove the file, freeing its blocks. Returns whether this call freed them."""
+        if self.released:
+            return False
+        self.released = True
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        return True
+
+
+def reserves(paths: list[str | os.PathLike[str]], size: int) -> list[Reserve]:
+    """One :class:`Reserve` of ``size`` beside the first of ``paths`` on each filesystem."""
+    seen: set[int] = set()
+    out: list[Reserve] = []
+    for path in paths:
+        dev = os.stat(os.path.dirname(os.path.abspath(path))).st_dev
+        if dev not in seen:
+            seen.add(dev)
+            out.append(Reserve.beside(path, size))
+    return out
 
 
 @dataclass
