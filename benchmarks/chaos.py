@@ -21,7 +21,7 @@ real daemon (``streamguard run`` on examples/streamguard.toml, benchmarks/_daemo
   the last half is ≤ 0.15 MB/min (of RssAnon: bench_uptime's docstring).
 
 ``--quick`` (< 3 min): the shorter scenarios and the ledger at 100 k marks; the full run adds the
-hostile burst over MQTT (10⁴ frames), the nearly-full disk, the broker SIGKILL, the clock steps,
+hostile bursts over MQTT (10⁴ frames) and of timed frames on an aggregate stream, the nearly-full disk, the broker SIGKILL, the clock steps,
 the 180 frames/s run and 300 k marks. ``--only KEY`` runs one scenario.
 Outputs in ``--out``: ``chaos.md`` and ``chaos.json`` (``_quick`` with ``--quick``).
 """
@@ -233,6 +233,11 @@ SCENARIOS = (
              "RSS +72 MB (0.74 KB/frame), ledger +114 k events (+47 MB), outbox 228 MB, next start 5.7 s",
              "~0 RSS, ledger and outbox growth per frame in steady state", True,
              pytest_node("tests/test_hostile_frames.py::test_hostile_burst_of_100k_costs_a_bounded_amount",
+                         r"\[hostile ×100000\].*$")),
+    Scenario("hostile-timed", "100 k timed private frames with a bad value, on an aggregate stream",
+             "(not capped: taken one by one, 435 µs and 30 B of RSS a frame at 20 k on a loaded machine)",
+             "the per-second cap covers timed frames and aggregate streams: ~0 growth per frame", False,
+             pytest_node("tests/test_hostile_frames.py::test_hostile_timed_burst_on_an_aggregate_stream_costs_a_bounded_amount",
                          r"\[hostile ×100000\].*$")),
     Scenario("hostile-mqtt", "10 k frames that are not UTF-8, over MQTT", "(the issue: 0.74 KB/frame via the daemon)",
              "as above, through Mosquitto (QoS 1)", False,

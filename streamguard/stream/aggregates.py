@@ -104,19 +104,40 @@ class StreamAggregates:
     def observe(self, position: int, state: int | None, ts: float | None = None) -> list[tuple[int, AggregateRelease]]:
         """Feed one position (``state`` None for a rejected frame; ``ts`` its step's timestamp);
         returns (query index, release) for every window this position closed."""
+        return [r for q in self.queries for r in self._feed(q, position, state, ts)]
+
+    def observe_run(self, first: int, last: int, ts_first: float | None,
+                    ts_last: float | None) -> list[tuple[int, AggregateRelease]]:
+        """Feed positions ``first``..``last``, none with a state (rejected frames taken in bulk:
+        redaction_runtime.HOSTILE_PER_SECOND), in O(1) per query instead of one call per position,
+        with the releases of observing each of them: the window open at ``first`` runs to its end
+        (or to ``last``), a window wholly inside the run holds no state and releases nothing (it is
+        skipped), and the window holding ``last`` opens at its first position. Only the run's first
+        and last times are known: the window open at ``first`` ends at ``ts_first`` if the run goes
+        past it, and a window the run opens past ``first`` starts at ``ts_last`` (times of the run,
+        off by at most its length; the ranges and states, hence the releases, are exact)."""
         out: list[tuple[int, AggregateRelease]] = []
         for q in self.queries:
-            w = position // q.cfg.window
-            if q.window is not None and w != q.window:
-                out.extend(self._close(q))
-            if q.window is None:
-                q.window, q.lo, q.states, q.ts_lo = w, position, [], ts
-            q.hi = position
-            if ts is not None:
-                q.ts_hi = ts
-                q.ts_lo = ts if q.ts_lo is None else q.ts_lo
-            if state is not None:
-                q.states.append(state)
+            out += self._feed(q, first, None, ts_first)
+            w_size = q.cfg.window
+            if last // w_size != first // w_size:
+                q.hi = (first // w_size + 1) * w_size - 1  # (the window of ``first`` ran to its end)
+                out += self._feed(q, last // w_size * w_size, None, ts_last)
+            out += self._feed(q, last, None, ts_last)
+        return out
+
+    def _feed(self, q: _Query, position: int, state: int | None, ts: float | None) -> list[tuple[int, AggregateRelease]]:
+        """Feed query ``q`` one position; returns the release of the window it closed, if any."""
+        w = position // q.cfg.window
+        out = self._close(q) if q.window is not None and w != q.window else []
+        if q.window is None:
+            q.window, q.lo, q.states, q.ts_lo = w, position, [], ts
+        q.hi = position
+        if ts is not None:
+            q.ts_hi = ts
+            q.ts_lo = ts if q.ts_lo is None else q.ts_lo
+        if state is not None:
+            q.states.append(state)
         return out
 
     def flush(self) -> list[tuple[int, AggregateRelease]]:

@@ -45,10 +45,13 @@ log = logging.getLogger(__name__)
 #: exact evaluation — privatizer._window_rows — which can only overstate its leakage.)
 DECIDE_EVERY = 64
 #: Rejected frames a stream takes one by one, per second (and at once): beyond it, a rejected
-#: frame that is private and has no time — a step of the run of private steps that a burst of
-#: malformed frames is (privatizer.coalesces) — is only counted, and the steps counted are taken
-#: in bulk at the stream's next tick or frame (privatizer.skip_run: O(memory) however many).
-#: A burst then costs per frame its parse and a counter (issue 28; README "Hostile input").
+#: frame that is private and a new step with no slot missing before it — a step of the run of
+#: private steps that a burst of malformed frames is (privatizer.coalesces), with or without a
+#: time of its own, on a stream with or without aggregate windows — is only counted (its time
+#: noted for the step rule: steps.py), and the steps counted are taken in bulk at the stream's next
+#: tick or frame (privatizer.skip_run: O(memory) however many; the aggregate windows observe them
+#: as one run: aggregates.observe_run). A burst then costs per frame its parse and a counter
+#: (issue 28; README "Hostile input").
 HOSTILE_PER_SECOND = 200.0
 #: Finished marks listed in the privacy status (``recent_marks``): the latest ones, oldest first.
 RECENT_MARKS = 50
@@ -137,9 +140,11 @@ class RedactionRuntime(StreamRuntime):
         self._row_text: dict[tuple[float, ...], str] = {}
         #: Rejected frames taken one by one may still be taken this second (a token bucket of
         #: HOSTILE_PER_SECOND), as of ``_tokens_at``; and the private steps counted beyond it, not
-        #: yet taken (:meth:`_take_owed`), with how many were counted so since the start.
+        #: yet taken (:meth:`_take_owed`) and the times of the first and the newest of them, with
+        #: how many were counted so since the start.
         self._tokens, self._tokens_at = HOSTILE_PER_SECOND, -math.inf
         self._owed = 0
+        self._owed_ts: tuple[float | None, float | None] = (None, None)
         self.bulk_steps = 0
 
     def _new_core(self, source: BitSource, resume: Resume = FRESH) -> StreamPrivatizer:
@@ -221,8 +226,7 @@ class RedactionRuntime(StreamRuntime):
         rec, step = self._intake(data, now)
         rejection = rec if isinstance(rec, Rejection) else None
         if rejection is not None and self._over_rate(rejection, step, now):
-            self._owed += 1  # (a step of the open run: taken in bulk before anything that follows it)
-            return [], rejection
+            return [], rejection  # (counted: a step of the open run, taken before anything that follows it)
         releases = self._take_owed(now)  # (the steps counted before this frame come first)
         if not step.new:  # a redelivery, or a late frame: no step of its own
             if rec.private and step.repeat is not None:
@@ -255,20 +259,26 @@ class RedactionRuntime(StreamRuntime):
 
     def _over_rate(self, rec: Rejection, step: Step, now: float) -> bool:
         """Is this rejected frame one to count only (HOSTILE_PER_SECOND)? Only a new step with no
-        time and no missing slot before it, private, right after an open run in which every
-        undecided step lies (privatizer.open_run), of a stream without aggregate windows (they
-        observe each step), and only once the bucket is empty."""
+        missing slot before it, private (at its own time, else the daemon's clock), right after an
+        open run in which every undecided step lies (privatizer.open_run), and only once the bucket
+        is empty. Counted, it is owed: its physical index is the core's next one plus the steps
+        owed before it (skip_run numbers them in order), which the step rule notes with its time."""
         elapsed = max(0.0, now - self._tokens_at)  # (a wall clock stepped back refills nothing)
         self._tokens = min(HOSTILE_PER_SECOND, self._tokens + elapsed * HOSTILE_PER_SECOND)
         self._tokens_at = now
         if self._tokens >= 1.0:
             self._tokens -= 1.0
             return False
-        if not (step.new and not step.missing and rec.ts is None and self.aggregates is None):
+        if not (step.new and not step.missing):
             return False
-        private = rec.private or self.privacy_mode or self._scheduled(now if self.wall_clock else None, guard=True)
+        clock = now if self.wall_clock else None
+        private = rec.private or self.privacy_mode or self._scheduled(clock if rec.ts is None else rec.ts, guard=True)
         if not private or (self._owed == 0 and self.core.open_run() is None):
             return False
+        self.steps.taken(rec.ts, self.core.next_phys + self._owed)
+        t = now if rec.ts is None else rec.ts  # (what the aggregate windows see of it, as one by one)
+        self._owed_ts = (t if self._owed == 0 else self._owed_ts[0], t)
+        self._owed += 1
         self.bulk_steps += 1
         if _is_power_of_ten(self.bulk_steps):
             log.warning("stream %s: more than %g rejected frames a second: further ones are counted and taken "
@@ -278,7 +288,13 @@ class RedactionRuntime(StreamRuntime):
     def _take_owed(self, now: float) -> list[Release]:
         """Take the private steps counted beyond the rate (privatizer.skip_run), before anything else."""
         n, self._owed = self._owed, 0
-        return self.core.skip_run(n, now=now) if n else []
+        if not n:
+            return []
+        first = self.core.next_phys
+        releases = self.core.skip_run(n, now=now)
+        if self.aggregates is not None:  # (rejected steps: no state, but their positions count)
+            self._aggregate_releases += self.aggregates.observe_run(first, first + n - 1, *self._owed_ts)
+        return releases
 
     def on_command(self, data: bytes) -> Rejection | None:
         """Apply ``{"private": <seq>}``, ``{"private": "now"}`` or ``{"privacy_mode": "on"|"off"}``
@@ -316,8 +332,8 @@ class RedactionRuntime(StreamRuntime):
         return self._count(self._take_owed(now) + self.core.expire(now))
 
     def drain(self) -> list[Release]:
-        self._flush_aggregates()
         out = self._count(self._take_owed(time.time()) + self.core.drain())
+        self._flush_aggregates()  # (after the owed steps: the open windows span their positions too)
         if self.drift is not None:  # (the evidence gathered since the last test carries over)
             self.drift.persist()
         return out
