@@ -18,7 +18,8 @@ real daemon (``streamguard run`` on examples/streamguard.toml, benchmarks/_daemo
 - **the 180 frames/s run**: benchmarks/bench_uptime.py's run (6 minutes here; not in ``--quick``:
   the bounded structures fill over the first 2–3 minutes, so a shorter run says nothing;
   ``python -m benchmarks.bench_uptime --minutes 12`` is the issue's run): PASS if the RSS slope over
-  the last half is ≤ 0.15 MB/min (of RssAnon: bench_uptime's docstring).
+  the last half is ≤ 0.15 MB/min (of RssAnon: bench_uptime's docstring), with the daemon's C heap
+  trimmed once a minute (stream/memory.py).
 
 ``--quick`` (< 3 min): the shorter scenarios and the ledger at 100 k marks; the full run adds the
 hostile bursts over MQTT (10⁴ frames) and of timed frames on an aggregate stream, the nearly-full disk, the broker SIGKILL, the clock steps,
@@ -200,6 +201,8 @@ def _share_plans(src: Path, dst: Path) -> None:
 
 
 def uptime(_quick: bool) -> Outcome:
+    from streamguard.stream.memory import TRIM_INTERVAL, glibc_malloc_trim
+
     from .bench_uptime import SLOPE_TARGET, run
 
     minutes = 6.0
@@ -209,7 +212,8 @@ def uptime(_quick: bool) -> Outcome:
     ok = r["slope_last_half"] <= SLOPE_TARGET
     after = (f"{minutes:g} min: RSS {r['rss_start_mb']:.0f} → {r['rss_end_mb']:.0f} MB (anonymous {r['anon_start_mb']:.0f} → "
              f"{r['anon_end_mb']:.0f}), {r['slope_first_half']:+.2f} MB/min in the first half, "
-             f"{r['slope_last_half']:+.2f} in the last")
+             f"{r['slope_last_half']:+.2f} in the last"
+             + (f" (C heap trimmed every {TRIM_INTERVAL:g} s)" if glibc_malloc_trim() else " (not glibc: no C heap trim)"))
     return Outcome("PASS" if ok else "MISS", after, time.monotonic() - t0, r)
 
 

@@ -97,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..config import environment_warnings, load_settings
     from ..config_paths import make_state_dirs
     from ..stream.daemon import Daemon, stdin_frames
+    from ..stream.memory import glibc_malloc_trim, trimmed_heap
     from ..stream.outbox import InUse
     from ..stream.disk import is_disk_full
     from ..stream.transport import ConnectRefused
@@ -127,7 +128,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
-        await Daemon(settings, extra_sources=sources, freeze_heap=True).run(stop)  # (this process is the daemon)
+        async with trimmed_heap(glibc_malloc_trim()):  # (this process is the daemon: its C heap, stream/memory.py)
+            await Daemon(settings, extra_sources=sources, freeze_heap=True).run(stop)
 
     try:
         asyncio.run(main())
