@@ -74,6 +74,11 @@ MARK_SOURCES = ("flag", "command", "schedule", "unvouched", "mode")
 #: seq: rejected frames, missing readings), see :func:`coalesces`. Only a command stays a mark of
 #: its own (it names any seq, one at a time).
 RUN_SOURCES = ("flag", "schedule", "unvouched", "mode")
+#: A right side re-planned for what a mark's left side leaves of ε is designed under the plan's own
+#: chain; while a model set's other members still take the figure above ε, it is re-planned for a
+#: budget this much smaller, at most RIGHT_TRIES times (StreamPrivatizer._fit_right).
+RIGHT_SHRINK = 0.7
+RIGHT_TRIES = 16
 #: Largest restart gap evaluated explicitly; beyond it G = ∞ (stationary rows) stands in.
 MAX_GAP = 4096
 #: Sub-boxes the left side of a late mark is tightened with over a box (it sets the right budget; a
@@ -584,28 +589,55 @@ class StreamPrivatizer:
         mark = Mark(s, p, source, pending_left, self.plan.right.red[:Hr], late=late, left_reach=width, ts=ts)
         l_leak = self._left_leakage(mark)
         first = self.boundary if self.boundary is not None and p >= self.boundary else 0
-        if not late and oldest_pending <= first < p and (
-                exceeds_left_budget(l_leak, self.plan.left.budget) if p - first <= H
-                else eps - l_leak < MIN_SIDE_BUDGET):
-            # every record back to the first one — of the stream, or after the restart — is still
-            # undecided, and the law of that record is unknown (a sensor may boot in a known state,
-            # DESIGN.md §3; docs/initial-law.md); the plan's rows exceed the left budget for some law
-            # (a window that reaches that record) or leave the right side nothing (one that does not):
-            # redact the left side back to it fully — a side that releases nothing leaks nothing,
-            # whatever the law (audit/start.py, start_hold: the records there are held for this)
-            mark.left = np.ones((p - first, self.k))
-            mark.left_reach = p - first
-            l_leak = self._left_leakage(mark)
-        budget = eps - l_leak
-        if late:
+        held_to_first = not late and oldest_pending <= first < p
+        if held_to_first and (exceeds_left_budget(l_leak, self.plan.left.budget) if p - first <= H
+                              else eps - l_leak < MIN_SIDE_BUDGET):
+            l_leak = self._redact_to_first(mark, p - first)
+        self._fit_right(mark, l_leak)
+        if held_to_first and mark.left_reach < p - first and not self._within_epsilon(mark):
+            # the plan's left rows leak more than their share under the first record's unknown law
+            # and no right side within RIGHT_TRIES re-plans brings the total within ε: every left
+            # record back to the first is still undecided, so redact them all instead (issue 29's
+            # contract: an on-time mark there is honoured)
+            mark.honoured, mark.reason = True, None
+            self._fit_right(mark, self._redact_to_first(mark, p - first))
+        return self._add(self._settle(mark))
+
+    def _redact_to_first(self, mark: Mark, width: int) -> float:
+        """Redact a mark's left side fully back to the first record of its life (``width`` records,
+        every one undecided); its new left leakage. The law of that record is unknown (a sensor may
+        boot in a known state, DESIGN.md §3; docs/initial-law.md), and a side that releases nothing
+        leaks nothing, whatever the law (audit/start.py, start_hold: the records there are held
+        for this)."""
+        mark.left = np.ones((width, self.k))
+        mark.left_reach = width
+        return self._left_leakage(mark)
+
+    def _fit_right(self, mark: Mark, l_leak: float) -> None:
+        """The mark's right rows for what its left side leaves of ε (``l_leak`` taken): the plan's
+        rows, or rows re-planned for a smaller budget under the plan's own chain; while the exact
+        figure — the worst over every chain evaluated, a model set's members included, under which
+        a side may leak more than its design budget — still exceeds ε, re-planned for a budget
+        RIGHT_SHRINK times smaller (a longer, more redacted side), at most RIGHT_TRIES times. With
+        nothing left, full redaction (not honoured). The figure decides (:meth:`_settle`)."""
+        budget = self.plan.epsilon - l_leak
+        if mark.late:
             mark.left_leakage, mark.right_budget = l_leak, max(budget, 0.0)
         if budget < MIN_SIDE_BUDGET:
-            mark.right = np.ones((Hr, self.k))
+            mark.right = np.ones((self.plan.right_horizon, self.k))
             mark.honoured = False
             mark.reason = "the published left neighbours already exhaust the budget"
-        elif budget < self.plan.right.budget * (1 - 1e-12):
-            mark.right = self.plan.right_rows(budget)
-        return self._add(self._settle(mark))
+            return
+        planned = self.plan.right.budget * (1 - 1e-12)
+        for _ in range(RIGHT_TRIES):
+            mark.right = self.plan.right.red[: self.plan.right_horizon] if budget >= planned \
+                else self.plan.right_rows(budget)
+            budget = min(budget, planned) * RIGHT_SHRINK
+            if budget < MIN_SIDE_BUDGET or self._within_epsilon(mark):
+                return
+
+    def _within_epsilon(self, mark: Mark) -> bool:
+        return self._committed(mark).total <= self.plan.epsilon * (1 + 1e-12)
 
     def _extend(self, run: Mark, p: int) -> Mark:
         """Private step p, undecided, right after the open run ``run`` (same life) joins it: the
