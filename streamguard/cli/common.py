@@ -14,7 +14,8 @@ EXIT_IN_USE = 75
 #: refuses it for good (credentials, TLS; retrying cannot mend it) or the password file cannot be
 #: read: EX_CONFIG (sysexits.h), so systemd and scripts tell a broken config from a transient failure.
 EXIT_CONFIG = 78
-#: ``run``'s exit status when the disk under the outbox or the ledger is full at start: EX_IOERR.
+#: ``run``'s exit status when the disk under the outbox or the ledger has no room at start (the
+#: shutdown reserve included, stream/disk.py) or is still full at a stop: EX_IOERR.
 EXIT_DISK_FULL = 74
 
 

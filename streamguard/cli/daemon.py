@@ -210,7 +210,9 @@ def register(sub: Any) -> None:
                        f"ledger (at start) or took over the MQTT client id; {EXIT_CONFIG} (EX_CONFIG): the configuration "
                        "is invalid, the broker refuses the connection for good (credentials, TLS certificate, TLS at "
                        "one end only) or the password file cannot be read; "
-                       f"{EXIT_DISK_FULL} (EX_IOERR): the state disk is full at start.")
+                       f"{EXIT_DISK_FULL} (EX_IOERR): the state disk has no room for the next write at start (the shutdown "
+                       "reserve included), or was still full at a stop (the line says whether the reserve held every "
+                       "decided record and how many frames stay unacknowledged at the broker).")
     r.add_argument("--config", required=True, help="TOML configuration (see examples/streamguard.toml)")
     r.set_defaults(func=cmd_run)
 
