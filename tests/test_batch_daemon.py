@@ -46,7 +46,7 @@ async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mo
     async with running(spy.run()):
         await until(spy.subscribed.is_set, 10, "the spy")
         async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-            await until(daemon._inputs_ready.is_set, 20, "the input subscription")
+            await until(daemon._inputs_ready.is_set, 60, "the input subscription")  # (20 s missed once at load 14)
             c = daemon.runtimes["s"].counters
             await publish_all(cfg, [(RAW, m) for m in first])
             await until(lambda: c.accepted == 600, 20, "the first lists")
@@ -58,7 +58,7 @@ async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mo
         assert task.done() and task.exception() is None
         before = list(spy.records(DATA))
         async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):  # a restart
-            await until(daemon._inputs_ready.is_set, 20, "the input subscription")
+            await until(daemon._inputs_ready.is_set, 60, "the input subscription")  # (20 s missed once at load 14)
             c = daemon.runtimes["s"].counters
             await publish_all(cfg, [(RAW, m) for m in [first[-1], *second]])  # the last list again, then new
             await until(lambda: c.duplicates + c.accepted + sum(c.rejected.values()) == 500, 20, "the second lists")
@@ -109,7 +109,7 @@ async def test_a_command_keeps_its_place_among_frames_taken_together(mosquitto: 
     frames = [json.dumps({"value": "off", "ts": t0 + i}).encode() for i in range(300)]
     items = [(RAW, f) for f in frames[:150]] + [(CMD, b'{"private": "now"}')] + [(RAW, f) for f in frames[150:]]
     async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-        await until(daemon._inputs_ready.is_set, 20, "the input subscription")
+        await until(daemon._inputs_ready.is_set, 60, "the input subscription")  # (20 s missed once at load 14)
         await publish_all(cfg, items)
         c = daemon.runtimes["s"].counters
         await until(lambda: c.accepted == 300, 30, "every frame")

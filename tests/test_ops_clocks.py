@@ -173,17 +173,20 @@ values = {{ "true" = "occupied", "false" = "vacant" }}
             for shift in ("-3600", "+0"):  # back an hour, then forward an hour
                 offset.write_text(shift + "\n")
                 await asyncio.sleep(0.5)
-                before = steps()
-                await asyncio.sleep(3.0)
-                counted.append(steps() - before)
+                before, t0 = steps(), time.monotonic()
+                # 10 more steps (2 s of 0.2 s slots when idle): a grid stalled by the step gives none
+                # for an hour; the 30 s bound only absorbs a loaded machine
+                with contextlib.suppress(AssertionError):
+                    await spy.wait_until(lambda: steps() >= before + 10, 30, "steps after the clock step")
+                counted.append((steps() - before, round(time.monotonic() - t0, 1)))
             await asyncio.sleep(2.5)  # (a privacy status refresh)
         finally:
             stop_daemon(p)
     err = p.stderr.read().decode() if p.stderr else ""
     ingest = json.loads(spy.on("/privacy")[-1].payload)["ingest"]
-    print(f"steps in 3 s after the wall clock stepped back 1 h, then forward 1 h: {counted}; "
+    print(f"(steps, seconds) after the wall clock stepped back 1 h, then forward 1 h: {counted}; "
           f"clock_steps {ingest.get('clock_steps')}")
-    assert all(n >= 10 for n in counted), (counted, err)  # 15 ticks of 0.2 s in 3 s
+    assert all(n >= 10 for n, _ in counted), (counted, err)
     assert ingest.get("clock_steps") == 2, ingest
     assert ingest["missed_ticks"] < 100, ingest  # (the step forward is no hour of missed ticks: 18,000)
     assert err.count("wall clock stepped back") == 1 and err.count("wall clock stepped forward") == 1, err
