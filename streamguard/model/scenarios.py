@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ..audit.kstate import _right_kernel
+from ..audit.start import _all_redacted, _release_kernel
 from ..chain import ModelError
 
 if TYPE_CHECKING:
@@ -197,14 +199,21 @@ def _grid_step(sample_period: float) -> float:
     return max(sample_period, HOUR / MAX_POSITIONS)
 
 
-def _window_kernels(hourly: Arr, pos: Arr, n_left: int, n_right: int, sample_period: float) -> tuple[Arr, Arr]:
-    """The time-of-day scenario's kernels around marks at clock ``pos`` (seconds after local
-    midnight): ``left[m, j]`` of the step from X_{p−j−1} (j < n_left), ``right[m, o]`` of the step
-    from X_{p+o} (o < n_right); a step uses the kernel of its source record's hour."""
-    def at(offsets: NDArray[np.float64]) -> Arr:
-        return hourly[(np.mod(pos[:, None] + offsets[None, :] * sample_period, DAY) // HOUR).astype(np.int64)]
+def _window_hours(pos: Arr, n_left: int, n_right: int, sample_period: float
+                  ) -> tuple[NDArray[np.int8], NDArray[np.int8]]:
+    """The local hour of each step's source record around marks at clock ``pos`` (seconds after
+    local midnight): ``left[m, j]`` for the step from X_{p−j−1} (j < n_left), ``right[m, o]`` for
+    the step from X_{p+o} (o < n_right); a step uses the kernel of its source record's hour."""
+    def at(offsets: NDArray[np.float64]) -> NDArray[np.int8]:
+        return (np.mod(pos[:, None] + offsets[None, :] * sample_period, DAY) // HOUR).astype(np.int8)
 
     return at(-(np.arange(n_left) + 1.0)), at(np.arange(n_right, dtype=np.float64))
+
+
+def _window_kernels(hourly: Arr, pos: Arr, n_left: int, n_right: int, sample_period: float) -> tuple[Arr, Arr]:
+    """The kernels of :func:`_window_hours`: ``left[m, j]``, ``right[m, o]`` (k × k each)."""
+    left, right = _window_hours(pos, n_left, n_right, sample_period)
+    return hourly[left], hourly[right]
 
 
 @dataclass(frozen=True)
@@ -299,9 +308,17 @@ def tod_leakage(sc: Scenarios, sample_period: float, left: Arr, right: Arr) -> f
     stop = np.zeros((1, 2))
     left = left if left.shape[0] and not left[-1].any() else np.vstack([left, stop])
     right = right if right.shape[0] and not right[-1].any() else np.vstack([right, stop])
-    pos = np.arange(0.0, DAY, _grid_step(sample_period))
-    left_k, right_k = _window_kernels(smoothed(sc.hourly), pos, left.shape[0], right.shape[0], sample_period)
-    return float(np.max(window_leakage(left_k, right_k, left, right)))
+    hourly = smoothed(sc.hourly)
+    left_h, right_h = day_hours(sc, sample_period, left.shape[0], right.shape[0])
+    return float(np.max(window_leakage(hourly[left_h], hourly[right_h], left, right)))
+
+
+def day_hours(sc: Scenarios, sample_period: float, n_left: int, n_right: int
+              ) -> tuple[NDArray[np.int8], NDArray[np.int8]]:
+    """The hours of :func:`_window_hours` for a mark at every position of the day on the grid of
+    :func:`hour_plans` (M positions): the figures that take their maximum over these do not trust
+    the wall clock."""
+    return _window_hours(np.arange(0.0, DAY, _grid_step(sample_period)), n_left, n_right, sample_period)
 
 
 def window_leakage(left_k: Arr, right_k: Arr, left: Arr, right: Arr) -> Arr:
@@ -317,3 +334,61 @@ def window_leakage(left_k: Arr, right_k: Arr, left: Arr, right: Arr) -> Arr:
     ab = fhi - g.min(axis=1) + bhi  # pair (0, 1)
     ba = -flo + g.max(axis=1) - blo  # pair (1, 0)
     return np.maximum(ab, ba)
+
+
+# ------------------------------------------ the time-of-day scenario at run time, any window shape
+def left_pairs_at(hourly: Arr, hours: NDArray[np.int8], rows: Arr, laws: Arr, *, reaches: bool) -> Arr:
+    """L[m, a, b] = max over left outputs of log Pr(y | X_p = a)/Pr(y | X_p = b), worst case over the
+    laws in conv(``laws``), for the kernel sequence of each position m, ``hourly[hours[m, j − 1]]``
+    stepping from X_{p−j} to X_{p−j+1}: audit/start.py's :func:`~streamguard.audit.start.left_pairs`
+    (its derivation; ``hours`` (M, m) when the window reaches the first record X_{p−m}, whose law is
+    in the set, else (M, m + 1) with the released stand-in p − m − 1 of a law in the set), its
+    compiled release recursion run once per position (one position's kernels at a time). Every
+    kernel must be positive (Dirichlet-½ means are): then every value is possible wherever a law
+    can reach, every X_p has positive probability, and no ratio is 0/0.
+
+    Release first at distance j with value x: log v_j(x, a)/v_j(x, b); plus the prior odds' sup,
+    max_ν log (νQ)_b/(νQ)_a, Q the product from the first record (or the stand-in) to p. Reaching
+    windows add the all-redacted output's sup over the laws (``_all_redacted``, exact for two states)."""
+    (M, steps), k = hours.shape, hourly.shape[1]
+    m = rows.shape[0]
+    if steps != (m if reaches else m + 1):
+        raise ValueError("left_pairs_at: one kernel per step from the first record (or the stand-in) to p")
+    if not np.all(hourly > 0):
+        raise ModelError("left_pairs_at: the time-of-day kernels must be positive")
+    if steps == 0:
+        return np.zeros((M, k, k))  # the mark is the first record: nothing on its left
+    possible = np.ones((steps, k), dtype=bool)
+    if reaches:
+        possible[m - 1] = laws.max(axis=0) > 0  # a value no law gives is not an output of the first record
+    rows = np.ascontiguousarray(rows, dtype=np.float64)
+    out, v, q = np.empty((M, k, k)), np.empty((M, k, k)), np.empty((M, k, k))
+    for i in range(M):
+        _release_kernel(hourly[hours[i]], rows, possible, out[i], v[i], q[i])
+    lq = np.log(np.einsum("lx,mxa->mla", laws, q))  # log (νQ)_a per vertex law ν (> 0: positive kernels)
+    prior = (lq[:, :, None, :] - lq[:, :, :, None]).max(axis=1)  # [m, a, b]: max_ν log (νQ)_b/(νQ)_a
+    off = ~np.eye(k, dtype=bool)[None]
+    out = np.where(off & np.isfinite(out), out + prior, out)
+    if reaches:
+        W = rows[m - 1][None, :, None] * v
+        for i in range(M):
+            for a, b in zip(*np.nonzero(off[0])):
+                out[i, a, b] = max(out[i, a, b], _all_redacted(W[i], q[i], laws, int(a), int(b)))
+    return out
+
+
+def right_pairs_at(hourly: Arr, hours: NDArray[np.int8], rows: Arr) -> Arr:
+    """R[m, a, b] = max over right outputs of log Pr(y | X_p = a)/Pr(y | X_p = b) for the kernel
+    sequence of each position m (``hourly[hours[m, d − 1]]`` steps from distance d − 1 to d; ``hours``
+    (M, n) for ``rows`` (n, k) at distances 1..n): audit/kstate.py's ``right_pairs``, its compiled
+    recursion run once per position. A side ended by a released record ends in a row of zeros."""
+    (M, n), k = hours.shape, hourly.shape[1]
+    if rows.shape != (n, k):
+        raise ValueError("right_pairs_at: one kernel per record")
+    if n == 0:
+        return np.zeros((M, k, k))
+    rows = np.ascontiguousarray(rows, dtype=np.float64)
+    out = np.empty((M, k, k))
+    for i in range(M):
+        _right_kernel(hourly[hours[i]], rows, out[i])
+    return out

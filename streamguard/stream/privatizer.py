@@ -62,6 +62,7 @@ from ..chain import MarkovChain
 from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
 from ..model.krobust import CertifiedTable, RowBox
 from ..model.rows_window import MAX_SETS, certify_rows, left_worst
+from ..model.scenarios import Scenarios, day_hours, left_pairs_at, right_pairs_at, smoothed
 from ..redaction.kplan import KStreamPlan
 from ..redaction.plan import StreamPlan
 from ..redaction.side import MIN_SIDE_BUDGET
@@ -323,6 +324,9 @@ class StreamPrivatizer:
     #: The plan's certificate over ``region`` (its window and worst case, krobust): an on-time mark
     #: whose window it covers takes its bound (plus the law's drift) without a search.
     region_table: CertifiedTable | None = None
+    #: A set-chain's calibration scenarios and its sample period (seconds): every mark's figure then
+    #: covers the time-of-day scenario too, at its worst position of the day (:meth:`_tod_figure`).
+    time_of_day: tuple[Scenarios, float] | None = None
     #: Called for each decided record with a seq, in order, as (phys, ts — NaN when unknown —,
     #: released state or None, row) — the drift guard. It may call :meth:`fail_closed`; the
     #: records of the same decision that follow are then settled as if decided after it (:meth:`_decide`).
@@ -835,6 +839,9 @@ class StreamPrivatizer:
             R = np.maximum.reduce([self._right_pairs(right, p, G, c) for G in self._right_gaps(p, right.shape[0])])
             lk = combine(L, R)
             worst = Leakage(max(worst.total, lk.total), max(worst.left, lk.left), max(worst.right, lk.right))
+        if self.time_of_day is not None:
+            tod = self._tod_figure(p, left, right)
+            worst = Leakage(max(worst.total, tod.total), max(worst.left, tod.left), max(worst.right, tod.right))
         return worst
 
     def _left_leakage(self, m: Mark) -> float:
@@ -855,7 +862,63 @@ class StreamPrivatizer:
             return certify(self.box, cases, key="left", target=target, give_up_above=self.plan.epsilon,
                            max_boxes=LATE_LEFT_BOXES if m.late else MAX_BOXES).left
         G_all = self._left_gaps(m.phys, left.shape[0])
-        return max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
+        members = max(float(np.max(self._left_pairs(left, m.phys, G, c))) for c in self._chains for G in G_all)
+        return members if self.time_of_day is None else max(members, self._tod_figure(m.phys, left, None).left)
+
+    # -- the time-of-day scenario of a set-chain (model/scenarios.py; docs/time-varying.md §7) ---------
+    def _tod_figure(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64] | None) -> Leakage:
+        """The leakage about X_p of these rows (outward) under the time-of-day scenario, the worst
+        over every position of the day (the wall clock is not trusted) and every law before the
+        window; ``right`` None: the left side alone (right term 0). Per position the sides add per
+        ordered pair (:func:`combine`). Each side is ended by a released stand-in (any law on the
+        left), which only over-states (data processing). A side that meets a restart of unknown gap
+        ends at the *first unobserved step*: a released record there (the first lost reading, or
+        the boundary record itself when nothing was lost) dominates every gap length and all that
+        lies beyond, since given that reading the rest is independent of X_p (Markov property). On
+        the left, the sensor may have restarted too (the boundary record is then a new first record
+        of any law, independent of the old life): that hypothesis is taken as well, per pair the
+        worse one. Positions are the grid of scenarios.hour_plans."""
+        assert self.time_of_day is not None
+        sc, period = self.time_of_day
+        spans = self._tod_left_spans(p, left)
+        rows_r = np.zeros((1, self.k)) if right is None else self._tod_right_rows(p, right)
+        hourly = smoothed(sc.hourly)
+        left_h, right_h = day_hours(sc, period, max(s.shape[0] + (0 if reach else 1) for s, reach in spans),
+                                    rows_r.shape[0])
+        first_laws = np.eye(self.k) if self.initial is None else self.initial[None]
+        L = np.maximum.reduce([left_pairs_at(hourly, left_h[:, :rows.shape[0] + (0 if reach else 1)], rows,
+                                             first_laws if reach else np.eye(self.k), reaches=reach)
+                               for rows, reach in spans])
+        off = ~np.eye(self.k, dtype=bool)
+        left_fig = float(np.max(L[:, off]))
+        if right is None:
+            return Leakage(left_fig, left_fig, 0.0)
+        R = right_pairs_at(hourly, right_h, rows_r)
+        with np.errstate(invalid="ignore"):
+            tot = np.where(off[None], L + R, -math.inf)
+        tot = np.where(np.isnan(tot), math.inf, tot)  # (as combine: +∞ on one side, −∞ on the other)
+        return Leakage(float(tot.max()), left_fig, float(np.max(R[:, off])))
+
+    def _tod_left_spans(self, p: int, rows: NDArray[np.float64]) -> list[tuple[NDArray[np.float64], bool]]:
+        """The left hypotheses of :meth:`_tod_figure`, as (rows outward, reaches the first record):
+        the stream's first record (physical 0) reached, of the stated or any law; or, when the
+        window spans the nearest restart boundary b ≤ p, rows up to b and then either a released
+        stand-in at the first unobserved step (any gap) or b as a new first record (a sensor
+        restart); else the rows and a released stand-in beyond them."""
+        b, _ = self._left_bounds(p)
+        m = rows.shape[0]
+        if b is not None and p - m - 1 < b <= p:
+            return [(rows[:p - b], False), (rows[:p - b], True)]
+        return [(rows, p - m == 0)]
+
+    def _tod_right_rows(self, p: int, rows: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The right rows of :meth:`_tod_figure` ended by a released record: after the rows, or at the
+        first unobserved step of the nearest restart after p that they reach (distance b − p)."""
+        i = bisect_right(self._bounds, p)
+        b = self._bounds[i] if i < len(self._bounds) else None
+        if b is not None and b <= p + rows.shape[0] + 1:
+            rows = rows[:b - p - 1]
+        return np.vstack([rows, np.zeros((1, self.k))])
 
     # -- certified figures over a box or a k-state region (streamguard.model.box_window, .rows_window)
     def _box_cases(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64] | None) -> list[WindowCase]:

@@ -25,6 +25,7 @@ from ..model.modelset import ModelSet
 from ..model.krobust import RobustKStreamPlan, region, robust_kstream_plan
 from ..model.robust import RobustStreamPlan
 from ..model.robust_cache import cached_robust_stream_plan
+from ..model.scenarios import Scenarios
 from ..quilt.release import AggregateRelease
 from . import privacy_mode
 from .privatizer import Mark, Release, StreamPrivatizer
@@ -155,7 +156,7 @@ class RedactionRuntime(StreamRuntime):
                                 decided=dict(resume.decided), open_marks=list(resume.open_marks),
                                 restarted=resume.restarted, restarts=resume.restarts,
                                 initial=None if cfg.model.initial is None else np.array(cfg.model.initial),
-                                members=self._members(),
+                                members=self._members(), time_of_day=self._time_of_day(),
                                 box=self.model_set.box if self.model_set is not None and self.model_set.kind == "box"
                                 else None,
                                 region=region(self.model_set) if isinstance(self.robust, RobustKStreamPlan) else None,
@@ -191,6 +192,12 @@ class RedactionRuntime(StreamRuntime):
         if self.model_set is None or self.model_set.kind != "finite":
             return ()
         return tuple(self.model_set.members)
+
+    def _time_of_day(self) -> tuple[Scenarios, float] | None:
+        """A set-chain's calibration scenarios and sample period: the privatizer's figures then cover
+        its time-of-day scenario as well as the finite members (docs/time-varying.md §7)."""
+        sc = None if self.model_set is None else self.model_set.setchain
+        return None if sc is None or sc.scenarios is None else (sc.scenarios, sc.sample_period)
 
     # -- input --------------------------------------------------------------------------------
     def _on_batch(self, steps: list[bytes | Element | Rejection], now: float) -> list[Release]:
