@@ -341,3 +341,19 @@ def test_figure_is_the_worst_case_over_positions_and_laws(seed: int, reach: bool
         assert vals.max() <= fig.total + 1e-9
         best = max(best, float(vals.max()))
     assert best == pytest.approx(fig.total, abs=1e-5 if reach else 1e-7)
+
+
+def test_runtime_figure_equals_the_plan_certificate_on_a_plain_window() -> None:
+    """Without a restart or the first record in reach, the runtime's figure of a window is the
+    plan certificate's (scenarios.tod_leakage, the extreme-ratio recursion): two independent
+    computations of the same exact quantity."""
+    from streamguard.model.scenarios import tod_leakage
+
+    rng = np.random.default_rng(7)
+    for _ in range(12):
+        core = _core(rng, None, float(rng.choice([600.0, 1800.0])))
+        sc, period = core.time_of_day
+        L, R = int(rng.integers(1, 30)), int(rng.integers(1, 30))
+        left, right = rng.random((L, 2)), rng.random((R, 2))
+        assert core._tod_figure(L + 5, left, right).total == pytest.approx(tod_leakage(sc, period, left, right),
+                                                                           rel=1e-9)
