@@ -597,15 +597,15 @@ class StreamPrivatizer:
         if held_to_first and (exceeds_left_budget(l_leak, self.plan.left.budget) if p - first <= H
                               else eps - l_leak < MIN_SIDE_BUDGET):
             l_leak = self._redact_to_first(mark, p - first)
-        self._fit_right(mark, l_leak)
-        if held_to_first and mark.left_reach < p - first and not self._within_epsilon(mark):
+        figure = self._fit_right(mark, l_leak)
+        if held_to_first and mark.left_reach < p - first and not self._within(figure):
             # the plan's left rows leak more than their share under the first record's unknown law
             # and no right side within RIGHT_TRIES re-plans brings the total within ε: every left
             # record back to the first is still undecided, so redact them all instead (issue 29's
             # contract: an on-time mark there is honoured)
             mark.honoured, mark.reason = True, None
-            self._fit_right(mark, self._redact_to_first(mark, p - first))
-        return self._add(self._settle(mark))
+            figure = self._fit_right(mark, self._redact_to_first(mark, p - first))
+        return self._add(self._settle(mark, figure))
 
     def _redact_to_first(self, mark: Mark, width: int) -> float:
         """Redact a mark's left side fully back to the first record of its life (``width`` records,
@@ -617,13 +617,14 @@ class StreamPrivatizer:
         mark.left_reach = width
         return self._left_leakage(mark)
 
-    def _fit_right(self, mark: Mark, l_leak: float) -> None:
+    def _fit_right(self, mark: Mark, l_leak: float) -> Leakage | None:
         """The mark's right rows for what its left side leaves of ε (``l_leak`` taken): the plan's
         rows, or rows re-planned for a smaller budget under the plan's own chain; while the exact
         figure — the worst over every chain evaluated, a model set's members included, under which
         a side may leak more than its design budget — still exceeds ε, re-planned for a budget
-        RIGHT_SHRINK times smaller (a longer, more redacted side), at most RIGHT_TRIES times. With
-        nothing left, full redaction (not honoured). The figure decides (:meth:`_settle`)."""
+        RIGHT_SHRINK times smaller (a longer, more redacted side), at most RIGHT_TRIES times.
+        Returns the figure of the rows it leaves (for :meth:`_settle`); with nothing left of ε,
+        full redaction (not honoured) and None."""
         budget = self.plan.epsilon - l_leak
         if mark.late:
             mark.left_leakage, mark.right_budget = l_leak, max(budget, 0.0)
@@ -631,17 +632,20 @@ class StreamPrivatizer:
             mark.right = np.ones((self.plan.right_horizon, self.k))
             mark.honoured = False
             mark.reason = "the published left neighbours already exhaust the budget"
-            return
+            return None
         planned = self.plan.right.budget * (1 - 1e-12)
+        figure = None
         for _ in range(RIGHT_TRIES):
             mark.right = self.plan.right.red[: self.plan.right_horizon] if budget >= planned \
                 else self.plan.right_rows(budget)
+            figure = self._committed(mark)
             budget = min(budget, planned) * RIGHT_SHRINK
-            if budget < MIN_SIDE_BUDGET or self._within_epsilon(mark):
-                return
+            if budget < MIN_SIDE_BUDGET or self._within(figure):
+                break
+        return figure
 
-    def _within_epsilon(self, mark: Mark) -> bool:
-        return self._committed(mark).total <= self.plan.epsilon * (1 + 1e-12)
+    def _within(self, figure: Leakage | None) -> bool:
+        return figure is not None and figure.total <= self.plan.epsilon * (1 + 1e-12)
 
     def _extend(self, run: Mark, p: int) -> Mark:
         """Private step p, undecided, right after the open run ``run`` (same life) joins it: the
@@ -699,11 +703,12 @@ class StreamPrivatizer:
         self.mark_events.append(mark)
         return mark
 
-    def _settle(self, mark: Mark) -> Mark:
-        """Compute the mark's figure from its committed rows; a mark whose exact figure exceeds ε
-        is not honoured, and then redacts the rest of its window fully."""
-        mark.leakage = self._committed(mark)
-        if mark.honoured and not mark.leakage.total <= self.plan.epsilon * (1 + 1e-12):
+    def _settle(self, mark: Mark, figure: Leakage | None = None) -> Mark:
+        """Compute the mark's figure from its committed rows (``figure``: already computed for
+        them, in the same step); a mark whose exact figure exceeds ε is not honoured, and then
+        redacts the rest of its window fully."""
+        mark.leakage = self._committed(mark) if figure is None else figure
+        if mark.honoured and not self._within(mark.leakage):
             mark.honoured = False
             mark.reason = mark.reason or "the exact leakage of the rows already used exceeds the budget"
             mark.right = np.ones((max(self.plan.right_horizon, mark.right.shape[0]), self.k))
