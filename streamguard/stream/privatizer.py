@@ -622,9 +622,9 @@ class StreamPrivatizer:
         rows, or rows re-planned for a smaller budget under the plan's own chain; while the exact
         figure — the worst over every chain evaluated, a model set's members included, under which
         a side may leak more than its design budget — still exceeds ε, re-planned for a budget
-        RIGHT_SHRINK times smaller (a longer, more redacted side), at most RIGHT_TRIES times.
-        Returns the figure of the rows it leaves (for :meth:`_settle`); with nothing left of ε,
-        full redaction (not honoured) and None."""
+        RIGHT_SHRINK times smaller (a longer, more redacted side), at most RIGHT_TRIES times (a
+        finite set; over a box or a region once). Returns the exact figure of the rows it leaves when it is within ε (for :meth:`_settle`),
+        else None; with nothing left of ε, full redaction (not honoured) and None."""
         budget = self.plan.epsilon - l_leak
         if mark.late:
             mark.left_leakage, mark.right_budget = l_leak, max(budget, 0.0)
@@ -634,15 +634,20 @@ class StreamPrivatizer:
             mark.reason = "the published left neighbours already exhaust the budget"
             return None
         planned = self.plan.right.budget * (1 - 1e-12)
-        figure = None
-        for _ in range(RIGHT_TRIES):
+        # (over a box or a region each figure is a branch-and-bound certificate: one try, as before)
+        for _ in range(RIGHT_TRIES if self.box is None and self.region is None else 1):
             mark.right = self.plan.right.red[: self.plan.right_horizon] if budget >= planned \
                 else self.plan.right_rows(budget)
-            figure = self._committed(mark)
+            # the chains first: rows they already take above ε need no time-of-day evaluation
+            figure = self._committed(mark, time_of_day=False)
+            if self._within(figure) and self.time_of_day is not None:
+                figure = self._committed(mark)
+            if self._within(figure):
+                return figure
             budget = min(budget, planned) * RIGHT_SHRINK
-            if budget < MIN_SIDE_BUDGET or self._within(figure):
+            if budget < MIN_SIDE_BUDGET:
                 break
-        return figure
+        return None
 
     def _within(self, figure: Leakage | None) -> bool:
         return figure is not None and figure.total <= self.plan.epsilon * (1 + 1e-12)
@@ -827,10 +832,12 @@ class StreamPrivatizer:
     def _is_pending(self, t: int) -> bool:
         return t >= (self._pending[0].phys if self._pending else self.next_phys)
 
-    def _evaluate(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64]) -> Leakage:
+    def _evaluate(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64], *,
+                  time_of_day: bool = True) -> Leakage:
         """Exact leakage about X_p of these rows, worst case over restart gaps, initial laws and the
-        chains evaluated (the plan's and ``members``); with a ``box`` or a ``region``, the certified
-        bound over it."""
+        chains evaluated (the plan's and ``members``; and the ``time_of_day`` scenario unless told
+        not to — a lower bound then, for a quick rejection); with a ``box`` or a ``region``, the
+        certified bound over it."""
         if self.region is not None:
             return certify_rows(self.region, self._box_cases(p, left, right), target=self.plan.epsilon,
                                 table=self.region_table)
@@ -844,7 +851,7 @@ class StreamPrivatizer:
             R = np.maximum.reduce([self._right_pairs(right, p, G, c) for G in self._right_gaps(p, right.shape[0])])
             lk = combine(L, R)
             worst = Leakage(max(worst.total, lk.total), max(worst.left, lk.left), max(worst.right, lk.right))
-        if self.time_of_day is not None:
+        if self.time_of_day is not None and time_of_day:
             tod = self._tod_figure(p, left, right)
             worst = Leakage(max(worst.total, tod.total), max(worst.left, tod.left), max(worst.right, tod.right))
         return worst
@@ -958,24 +965,24 @@ class StreamPrivatizer:
                 kinds[j] = gap_kind(None if G in ("tail", None) else int(G))  # type: ignore[arg-type]
         return RightCase(cut, tuple(kinds))
 
-    def _committed(self, m: Mark) -> Leakage:
+    def _committed(self, m: Mark, *, time_of_day: bool = True) -> Leakage:
         """The mark's figure now: rows used, and committed rows for its undecided records."""
-        return self._figure(m, committed=True)
+        return self._figure(m, committed=True, time_of_day=time_of_day)
 
     def _achieved(self, m: Mark) -> Leakage:
         """Exact leakage of the rows used in the mark's window (every record decided)."""
         return self._figure(m, committed=False)
 
-    def _figure(self, m: Mark, committed: bool) -> Leakage:
+    def _figure(self, m: Mark, committed: bool, *, time_of_day: bool = True) -> Leakage:
         """A single mark's exact leakage; for a run [a, b] the bound L_a + R_b on every one of its
         positions' leakage (:meth:`_extend`): the left figure of its left rows evaluated at a, the
         right figure of its right rows evaluated at b (the other side of each evaluation, and its
         total, are not used)."""
         left, right = self._window_rows(m, committed)
         if m.through is None:
-            return self._evaluate(m.phys, left, right)
-        L = self._evaluate(m.phys, left, right).left if m.run_left is None else m.run_left
-        R = self._evaluate(m.last, np.ones((1, self.k)), right).right
+            return self._evaluate(m.phys, left, right, time_of_day=time_of_day)
+        L = self._evaluate(m.phys, left, right, time_of_day=time_of_day).left if m.run_left is None else m.run_left
+        R = self._evaluate(m.last, np.ones((1, self.k)), right, time_of_day=time_of_day).right
         return Leakage(L + R, L, R)
 
     # -- decisions ----------------------------------------------------------------------------
