@@ -24,6 +24,12 @@ from streamguard.loopback import HOST
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "streamguard.toml"
+#: The shipped device broker's configuration (deploy/README.md, "The device broker").
+SHIPPED_BROKER = ROOT / "deploy" / "mosquitto" / "streamguard-device.conf"
+#: Its per-client bounds: QoS 1 messages in flight, and what is queued for a client that is slow.
+BROKER_BOUNDS = ("max_inflight_messages", "max_queued_messages", "max_queued_bytes")
+#: Mosquitto's count of messages it dropped at those bounds (every ``sys_interval`` seconds).
+DROPPED_TOPIC = "$SYS/broker/publish/messages/dropped"
 #: The example's device and stream (examples/streamguard.toml).
 DEVICE, STREAM, BASE = "kitchen-pi", "occupancy", "streamguard"
 RAW_TOPIC = f"{BASE}/{DEVICE}/{STREAM}/raw"
@@ -50,6 +56,31 @@ def example_config(path: Path, port: int, state: Path, *, schedule: bool = False
         text = head
     path.write_text(text + "\n" + extra)
     return path
+
+
+def shipped_bounds() -> list[str]:
+    """The lines of the shipped device broker configuration that set :data:`BROKER_BOUNDS`.
+
+    A broker on Mosquitto's defaults (20 in flight, 1,000 queued) drops, after acknowledging them
+    to the producer, the frames past 1,020 that wait for a daemon a moment behind: at 180 frames/s a
+    stall of 9 s lost 595 frames (issue 28); the shipped 10,000 hold 55 s."""
+    lines = [ln.strip() for ln in SHIPPED_BROKER.read_text().splitlines() if ln.split(" ", 1)[0] in BROKER_BOUNDS]
+    if sorted(ln.split(" ", 1)[0] for ln in lines) != sorted(BROKER_BOUNDS):
+        raise KeyError(f"{SHIPPED_BROKER.name} no longer sets each of {BROKER_BOUNDS} once: the benchmark must follow")
+    return lines
+
+
+def read_counters(path: Path) -> dict[str, float]:
+    """The samples of a Prometheus textfile (stream/metrics.py) summed over their labels, by
+    metric name ({} if there is no file yet)."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            if line and not line.startswith("#"):
+                series, _, value = line.rpartition(" ")
+                name = series.partition("{")[0]
+                out[name] = out.get(name, 0.0) + float(value)
+    return out
 
 
 def memory_kb(pid: int) -> dict[str, int]:

@@ -131,11 +131,13 @@ QUICK = Sizes(thr_records=1_500, batch_records=20_000, thr_reps=1, thr_warm=200,
 
 
 class Mosquitto:
-    """A Mosquitto subprocess on a free 127.0.0.1 port with a generated configuration."""
+    """A Mosquitto subprocess on a free 127.0.0.1 port with a generated configuration (plus
+    ``settings``, lines appended to it)."""
 
-    def __init__(self, workdir: Path, cpu: int | None) -> None:
+    def __init__(self, workdir: Path, cpu: int | None, settings: Sequence[str] = ()) -> None:
         self.workdir = workdir
         self.cpu = cpu
+        self.settings = list(settings)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = workdir / "mosquitto.log"
@@ -146,7 +148,7 @@ class Mosquitto:
         for _ in range(5):  # a free port can be taken between the probe and the bind
             self.port = free_port()
             lines = [f"listener {self.port} {HOST}", "allow_anonymous true", "persistence false",
-                     "set_tcp_nodelay true", f"log_dest file {self.log}"]
+                     "set_tcp_nodelay true", f"log_dest file {self.log}", *self.settings]
             if os.geteuid() == 0:
                 lines.append("user root")  # else it drops to user mosquitto and cannot write its log
             conf = self.workdir / "mosquitto.conf"
