@@ -357,3 +357,36 @@ def test_runtime_figure_equals_the_plan_certificate_on_a_plain_window() -> None:
         left, right = rng.random((L, 2)), rng.random((R, 2))
         assert core._tod_figure(L + 5, left, right).total == pytest.approx(tod_leakage(sc, period, left, right),
                                                                            rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_above_the_plans_take_the_plans_figure_which_bounds_theirs(seed: int) -> None:
+    """The shortcut of on-time marks (privatizer._plan_dominated): rows at least the plan's within
+    its horizons, longer or not, no restart or first record within the plan's window — their exact
+    time-of-day figure (every position, every law) is at most the plan window's, which the runtime
+    reports for them; equal rows give the same figure; a restart inside the window or a row below
+    the plan's takes the exact evaluation."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(6):
+        core = _core(rng, None, float(rng.choice([600.0, 1800.0])))
+        plan = core.plan
+        H, Hr = plan.left_horizon, plan.right_horizon
+        p = H + 1 + int(rng.integers(0, 20))
+        base_l, base_r = plan.left.red[:H], plan.right.red[:Hr]
+        assert core._tod_figure(p, base_l, base_r).total == pytest.approx(core._plan_tod.total, rel=1e-12)
+        for _ in range(4):
+            extra_l, extra_r = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+            left = np.vstack([np.minimum(1.0, base_l + rng.random(base_l.shape) * rng.random()), rng.random((extra_l, 2))])
+            right = np.vstack([np.minimum(1.0, base_r + rng.random(base_r.shape) * rng.random()), rng.random((extra_r, 2))])
+            left, right = left[: min(left.shape[0], p)], right
+            assert core._plan_dominated(p, left, right)
+            exact = core._tod_figure(p, left, right)
+            assert exact.total <= core._plan_tod.total + 1e-12
+            assert exact.left <= core._plan_tod.left + 1e-12 and exact.right <= core._plan_tod.right + 1e-12
+        if H:
+            below = base_l.copy()
+            below[int(rng.integers(0, H))] *= 0.5
+            assert not core._plan_dominated(p, below, base_r) or np.array_equal(below, base_l)
+    restarted = _core(rng, 40, 600.0)
+    H, Hr = restarted.plan.left_horizon, restarted.plan.right_horizon
+    assert not restarted._plan_dominated(40 + H // 2, restarted.plan.left.red[:H], restarted.plan.right.red[:Hr])

@@ -363,6 +363,11 @@ class StreamPrivatizer:
                                          left_worst=worst) for c in self._chains
                               ) if self.delay + 1 >= self.plan.left_horizon else 0
         self._held_until = (self.boundary or 0) + self.start_hold - 1
+        #: The plan's window (its rows, then released records) under the time-of-day scenario, at
+        #: its worst position of the day (:meth:`_plan_dominated`).
+        self._plan_tod = None if self.time_of_day is None else self._tod_of(
+            [(self.plan.left.red[: self.plan.left_horizon], False)],
+            np.vstack([self.plan.right.red[: self.plan.right_horizon], np.zeros((1, self.k))]))
         span = self.plan.left_horizon + self.plan.right_horizon + 1
         self._keep = 4 * span + self.delay + 64 + self.start_hold
         self._rows: OrderedDict[int, tuple[float, ...]] = OrderedDict(sorted(self.decided.items()))
@@ -852,7 +857,7 @@ class StreamPrivatizer:
             lk = combine(L, R)
             worst = Leakage(max(worst.total, lk.total), max(worst.left, lk.left), max(worst.right, lk.right))
         if self.time_of_day is not None and time_of_day:
-            tod = self._tod_figure(p, left, right)
+            tod = self._plan_tod if self._plan_dominated(p, left, right) else self._tod_figure(p, left, right)
             worst = Leakage(max(worst.total, tod.total), max(worst.left, tod.left), max(worst.right, tod.right))
         return worst
 
@@ -890,10 +895,14 @@ class StreamPrivatizer:
         the left, the sensor may have restarted too (the boundary record is then a new first record
         of any law, independent of the old life): that hypothesis is taken as well, per pair the
         worse one. Positions are the grid of scenarios.hour_plans."""
+        return self._tod_of(self._tod_left_spans(p, left), None if right is None else self._tod_right_rows(p, right))
+
+    def _tod_of(self, spans: list[tuple[NDArray[np.float64], bool]], right: NDArray[np.float64] | None) -> Leakage:
+        """:meth:`_tod_figure` of the left hypotheses ``spans`` (rows outward, reaches the first
+        record) and the ``right`` rows ended by a released record (None: the left side alone)."""
         assert self.time_of_day is not None
         sc, period = self.time_of_day
-        spans = self._tod_left_spans(p, left)
-        rows_r = np.zeros((1, self.k)) if right is None else self._tod_right_rows(p, right)
+        rows_r = np.zeros((1, self.k)) if right is None else right
         hourly = smoothed(sc.hourly)
         left_h, right_h = day_hours(sc, period, max(s.shape[0] + (0 if reach else 1) for s, reach in spans),
                                     rows_r.shape[0])
@@ -931,6 +940,25 @@ class StreamPrivatizer:
         if b is not None and b <= p + rows.shape[0] + 1:
             rows = rows[:b - p - 1]
         return np.vstack([rows, np.zeros((1, self.k))])
+
+    def _plan_dominated(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64]) -> bool:
+        """Whether the time-of-day figure of these rows is at most the plan's own (``_plan_tod``):
+        every row within the plan's horizons is at least the plan's, element-wise, and no restart
+        boundary or first record lies within the plan's window and the released records that end
+        it. Redacting more is a post-processing of the plan's outputs (notes/000 §4.5), and the
+        plan's released records at distances H_ℓ + 1 and H_r + 1 dominate whatever lies beyond
+        (given them the rest is independent of X_p): the leakage under every kernel sequence and
+        law is at most the plan window's. On-time marks away from starts and restarts take this
+        (the plan's figure at every position is computed once); the rest the exact evaluation."""
+        H, Hr = self.plan.left_horizon, self.plan.right_horizon
+        if left.shape[0] < H or right.shape[0] < Hr or p - H - 1 < 0:
+            return False
+        b, _ = self._left_bounds(p)
+        i = bisect_right(self._bounds, p)
+        after = self._bounds[i] if i < len(self._bounds) else None
+        if (b is not None and p - H - 1 < b <= p) or (after is not None and after <= p + Hr + 1):
+            return False
+        return bool(np.all(left[:H] >= self.plan.left.red[:H]) and np.all(right[:Hr] >= self.plan.right.red[:Hr]))
 
     # -- certified figures over a box or a k-state region (streamguard.model.box_window, .rows_window)
     def _box_cases(self, p: int, left: NDArray[np.float64], right: NDArray[np.float64] | None) -> list[WindowCase]:
