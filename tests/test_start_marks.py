@@ -391,3 +391,32 @@ def test_plan_stream_reports_the_start_hold(alpha: float, beta: float, epsilon: 
     if hold > 0:
         assert lost(hold - 1, 1e-9), (hold, worst_left(hold - 1))
     assert not any(lost(p, -1e-9) for p in range(hold, hold + 31)), hold
+
+
+def test_start_hold_is_one_past_the_last_lost_position() -> None:
+    """audit/start.py ``start_hold`` (which looks past H first, then from H down) against its
+    definition, every position scanned: S = 1 + the last p < cap whose plan rows are lost (p ≤ H:
+    the left budget exceeded for some initial law; p > H: less than MIN_SIDE_BUDGET left of ε)."""
+    from streamguard import MarkovChain
+    from streamguard.audit.start import exceeds_left_budget, plan_left_worst, start_hold
+    from streamguard.redaction.plan import plan_stream
+    from streamguard.redaction.side import MIN_SIDE_BUDGET
+
+    rng = np.random.default_rng(29)
+    kinds = set()
+    for _ in range(30):
+        alpha, beta = rng.uniform(0.02, 0.9, size=2)
+        eps = float(rng.uniform(0.3, 2.0))
+        sp = plan_stream(MarkovChain.binary(alpha, beta), eps, design=str(rng.choice(["exact", "paper"])),
+                         split=float(rng.uniform(0.2, 0.8)) * eps)
+        H, P, rows = sp.left_horizon, transition(alpha, beta), sp.left.red[: sp.left_horizon]
+        cap = int(rng.integers(1, 3 * H + 8))
+
+        def lost(p: int) -> bool:
+            worst = plan_left_worst(P, rows, p, None)
+            return exceeds_left_budget(worst, sp.left.budget) if p <= H else eps - worst < MIN_SIDE_BUDGET
+
+        expected = min(1 + max((p for p in range(cap) if lost(p)), default=-1), cap)
+        assert start_hold(P, rows, sp.left.budget, eps, None, cap=cap) == expected, (alpha, beta, eps, H, cap)
+        kinds.add("past H" if expected > H + 1 else "within H" if expected > 0 else "none")
+    assert {"past H", "within H"} <= kinds, kinds

@@ -384,7 +384,6 @@ def start_hold(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budg
         worst = plan_left_worst(P, left_rows, p, initial) if left_worst is None else left_worst(p)
         return exceeds_left_budget(worst, left_budget) if p <= H else epsilon - worst < MIN_SIDE_BUDGET
 
-    last = max((p for p in range(min(H + 1, cap)) if lost(p)), default=-1)
     if H + 1 < cap and lost(H + 1):
         lo, hi = H + 1, H + 2  # lost(lo); look for a hi that is not
         while hi < cap and lost(hi):
@@ -394,7 +393,10 @@ def start_hold(P: NDArray[np.float64], left_rows: NDArray[np.float64], left_budg
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if lost(mid) else (lo, mid)
-        last = lo
+        return min(lo + 1, cap)
+    # the last lost p ≤ H, looked for from H down (each lost(p) costs O(p): a slowly mixing chain's
+    # positions up to H cost O(H²) when scanned from 0, a few minutes over a 15-chain set at H ≈ 700)
+    last = next((p for p in range(min(H, cap - 1), -1, -1) if lost(p)), -1)
     return min(last + 1, cap)
 
 
