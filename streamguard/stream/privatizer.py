@@ -623,13 +623,16 @@ class StreamPrivatizer:
         return self._left_leakage(mark)
 
     def _fit_right(self, mark: Mark, l_leak: float) -> Leakage | None:
-        """The mark's right rows for what its left side leaves of ε (``l_leak`` taken): the plan's
-        rows, or rows re-planned for a smaller budget under the plan's own chain; while the exact
-        figure — the worst over every chain evaluated, a model set's members included, under which
-        a side may leak more than its design budget — still exceeds ε, re-planned for a budget
-        RIGHT_SHRINK times smaller (a longer, more redacted side), at most RIGHT_TRIES times (a
-        finite set; over a box or a region once). Returns the exact figure of the rows it leaves when it is within ε (for :meth:`_settle`),
-        else None; with nothing left of ε, full redaction (not honoured) and None."""
+        """The mark's right rows for what its left side leaves of ε (``l_leak`` taken). For a chain
+        or a finite set: the plan's rows if the exact figure of the window keeps them within ε,
+        else rows re-planned under the plan's own chain for ε − ``l_leak`` (at most the plan's
+        right budget), then — while the exact figure, the worst over every chain evaluated (a
+        model set's members, under which a side may leak more than its design budget, and a
+        set-chain's time-of-day scenario) still exceeds ε — for a budget RIGHT_SHRINK times
+        smaller (a longer, more redacted side), at most RIGHT_TRIES tries in all. Returns the
+        exact figure of the rows it leaves when it is within ε (for :meth:`_settle`), else None.
+        Over a box or a region, the plan's rows or those re-planned for ε − ``l_leak``, and None.
+        With nothing left of ε, full redaction (not honoured) and None."""
         budget = self.plan.epsilon - l_leak
         if mark.late:
             mark.left_leakage, mark.right_budget = l_leak, max(budget, 0.0)
@@ -639,18 +642,26 @@ class StreamPrivatizer:
             mark.reason = "the published left neighbours already exhaust the budget"
             return None
         planned = self.plan.right.budget * (1 - 1e-12)
-        # (over a box or a region each figure is a branch-and-bound certificate: one try, as before)
-        for _ in range(RIGHT_TRIES if self.box is None and self.region is None else 1):
+        if self.box is not None or self.region is not None:
+            # (each figure a branch-and-bound certificate: one try, the rows for the budget left)
             mark.right = self.plan.right.red[: self.plan.right_horizon] if budget >= planned \
                 else self.plan.right_rows(budget)
+            return None
+        # the plan's rows first, whatever the left figure: that figure is each side's worst case
+        # (under the time-of-day scenario at its own worst position of the day), and the exact
+        # total of both sides together may well be within ε where the sum of the two is not
+        trial: float | None = None
+        for _ in range(RIGHT_TRIES):
+            mark.right = self.plan.right.red[: self.plan.right_horizon] if trial is None \
+                else self.plan.right_rows(trial)
             # the chains first: rows they already take above ε need no time-of-day evaluation
             figure = self._committed(mark, time_of_day=False)
             if self._within(figure) and self.time_of_day is not None:
                 figure = self._committed(mark)
             if self._within(figure):
                 return figure
-            budget = min(budget, planned) * RIGHT_SHRINK
-            if budget < MIN_SIDE_BUDGET:
+            trial = min(budget, planned) if trial is None else trial * RIGHT_SHRINK
+            if trial < MIN_SIDE_BUDGET:
                 break
         return None
 
