@@ -19,13 +19,18 @@ distance, left horizon H_ℓ, right horizon H_r):
   record t is redacted with probability max over marks of table[t − p] (element-wise maximum).
 - **Late marks.** If some of p's left neighbours were already decided, their actual redaction
   rows are used: the undecided left neighbours are fully redacted, the left leakage L_ℓ is
-  computed exactly, and the right side is re-planned with the remaining budget ε − L_ℓ. If p itself
-  was already released, or L_ℓ uses up ε, the mark is reported as *not honoured* — never hidden.
+  computed exactly, and the right side keeps the plan's rows if the exact figure of the whole
+  window stays within ε, else is re-planned with the remaining budget ε − L_ℓ — under a finite
+  model set, whose other members (and a set-chain's time-of-day scenario) may take a side above
+  its design budget, for ever smaller budgets until the exact figure is within ε (``_fit_right``).
+  If p itself was already released, or L_ℓ uses up ε, the mark is reported as *not honoured* —
+  never hidden.
 - **The first record.** Its law is unknown (docs/initial-law.md); the first record after a restart
   counts as one too. An on-time mark whose left records are undecided back to the first record
   redacts them all when the plan's rows would exceed the left budget for some law (the window
   reaches that record, p − first ≤ H_ℓ) or leave the right side less than MIN_SIDE_BUDGET (it does
-  not): a side that releases nothing leaks nothing, whatever the law.
+  not), or when no right side brings the exact figure within ε: a side that releases nothing leaks
+  nothing, whatever the law.
 - **Achieved leakage.** Once every record of a mark's window is decided, the exact leakage of the
   rows actually used is computed (records outside the window are treated as released, which only
   over-states it) and reported with the mark.
