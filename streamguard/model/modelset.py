@@ -243,6 +243,9 @@ def _scenario_set(doc: dict[str, Any]) -> ModelSet:
     if sc.k != 2:  # its plans must also hold under the time-of-day chain, checked for binary rows only
         raise ModelError(f"model set: a {sc.k}-state set-chain cannot be run yet (the time-of-day scenario is "
                          "checked for binary streams only); calibrate with --model-class homogeneous")
+    from .scenarios import check_period
+
+    check_period(sc.sample_period)  # (its figures cover every clock position only on such a grid)
     ms = sc.scenarios.model_set(sc.labels)
     return replace(ms, calibration={**ms.calibration, "setchain": (sc.calibration or {}).get("file"),
                                     "sample_period": sc.sample_period}, setchain=sc)

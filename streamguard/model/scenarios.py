@@ -194,9 +194,28 @@ def _shortest(terms: list[tuple[Arr, Arr]], epsilon: float, max_records: int) ->
     return best, int(need[best])
 
 
+def check_period(sample_period: float) -> None:
+    """Refuse a sample period the time-of-day figures cannot cover at every clock position.
+
+    Each step takes the kernel of its record's hour, so what changes with a mark's clock position
+    is which record an hour boundary falls on. When the period divides an hour (3,600 = c·period),
+    records at t_p + j·period, t_p = i·period + φ (0 ≤ φ < period), lie in the same hours for
+    every phase φ as for φ = 0: the positions at the multiples of the period cover every
+    alignment. At most MAX_POSITIONS of them an hour are evaluated (cost), so the period must be
+    at least a minute: 60, 120, 300, 600, 900, 1,800 or 3,600 s, … (a shorter or non-dividing
+    period would leave alignments unevaluated: tests/test_tod_clock_grid.py)."""
+    if not (sample_period >= HOUR / MAX_POSITIONS and math.isclose(HOUR / sample_period, round(HOUR / sample_period),
+                                                                    rel_tol=0.0, abs_tol=1e-9)):
+        raise ModelError(f"the time-of-day scenario needs a sample period that divides an hour and is at least "
+                         f"{HOUR / MAX_POSITIONS:g} s (60, 120, 300, 600, 900, 1800 or 3600 s, …), not "
+                         f"{sample_period:g} s: resample the recording and the stream at such a period")
+
+
 def _grid_step(sample_period: float) -> float:
-    """Seconds between the mark positions tried for the time-of-day scenario (≤ MAX_POSITIONS an hour)."""
-    return max(sample_period, HOUR / MAX_POSITIONS)
+    """Seconds between the mark positions tried for the time-of-day scenario: the sample period,
+    which covers every alignment of the records with the hours (:func:`check_period`)."""
+    check_period(sample_period)
+    return float(sample_period)
 
 
 def _window_hours(pos: Arr, n_left: int, n_right: int, sample_period: float
