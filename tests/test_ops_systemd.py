@@ -66,6 +66,9 @@ def test_ready_watchdog_and_stopping_from_the_daemon(mosquitto: Broker, tmp_path
     ready = [m for _, m in msgs if m.get("READY") == "1"]
     assert len(ready) == 1 and "running 1 stream(s): s" in ready[0]["STATUS"], msgs
     t_ready = next(t for t, m in msgs if m.get("READY") == "1")
+    # the start-up (plan design) is extended before READY=1 and no longer after it
+    extend = [t for t, m in msgs if "EXTEND_TIMEOUT_USEC" in m]
+    assert extend and max(extend) < t_ready, msgs
     pings = [t for t, m in msgs if m.get("WATCHDOG") == "1" and t >= t_ready]
     assert len(pings) >= 5, msgs  # ~1.5 s at 0.2 s
     assert max(b - a for a, b in zip(pings, pings[1:])) < 1.0
@@ -101,6 +104,28 @@ def test_a_stalled_loop_stops_the_pings() -> None:
             times.append(None)
     # 0.5 s before and after at 0.1 s: about 10-12 pings, none of the ~12 the stall would have had
     assert 6 <= len(times) <= 14, len(times)
+
+
+def test_start_extensions_while_busy_then_none() -> None:
+    """EXTEND_TIMEOUT_USEC (systemd >= 236) while blocking start-up work runs — so a first start's
+    plan design longer than TimeoutStartSec=180 is not killed — at the stated interval, none after
+    the work ends, and none past the overall limit."""
+    sock, name = _listener()
+    notifier = Notifier({"NOTIFY_SOCKET": name})
+    with sock:
+        with notifier.extending("designing", every=0.1, by=2.0):
+            time.sleep(0.55)  # blocking, as plan design is (the pings come from a thread)
+        msgs = _receive(sock, time.monotonic() + 0.5)
+        with notifier.extending("designing", every=0.1, by=2.0, limit=0.25):
+            time.sleep(0.8)
+        limited = _receive(sock, time.monotonic() + 0.3)
+    times = [t for t, m in msgs if m == {"EXTEND_TIMEOUT_USEC": "2000000", "STATUS": "designing"}]
+    # at 0, 0.1, ..., 0.5 s, and none in the 0.5 s after (they would make ~11)
+    assert len(times) == len(msgs) and 5 <= len(times) <= 7, msgs
+    assert 2 <= len(limited) <= 4, limited  # at 0, 0.1, 0.2 s, then the limit
+    assert not Notifier({}).enabled  # (and without a socket the context does nothing)
+    with Notifier({}).extending("x"):
+        pass
 
 
 def test_no_socket_no_messages_and_stale_watchdog_pid_ignored() -> None:

@@ -1065,7 +1065,8 @@ class Daemon:
 
     async def _run(self, box: AsyncOutbox, stop: asyncio.Event) -> None:
         s = self.settings
-        await self._restore(box)
+        with self.systemd.extending("starting: building the streams' privacy plans"):
+            await self._restore(box)
         # (after a wall clock stepped back, the stored steps lie ahead of it: the grid goes on after them)
         newest = await box.run(lambda b: [b.newest_step(name) for name in self.ingest.streams])
         self.ingest.not_before(max((t for t in newest if t is not None), default=None))

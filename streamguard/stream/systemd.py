@@ -6,6 +6,10 @@ in the abstract namespace (a leading NUL byte). The daemon sends ``READY=1`` onc
 ``STATUS=…`` (one line, shown by ``systemctl status``), ``STOPPING=1`` when it begins to shut
 down, and ``WATCHDOG=1`` every half of ``$WATCHDOG_USEC`` (``WatchdogSec=`` in the unit) *from the
 event loop*: a loop that stalls stops the pings, and systemd kills and restarts the service.
+While it designs its plans before ``READY=1`` (minutes on a first start with a model set, before
+the plan cache holds them), it sends ``EXTEND_TIMEOUT_USEC`` (systemd ≥ 236) from a thread
+(:meth:`Notifier.extending`), so ``TimeoutStartSec=`` bounds the time *between* signs of life
+instead of the whole design; the extensions stop after :data:`MAX_START_EXTENSION` in all.
 Without ``$NOTIFY_SOCKET`` (not under systemd) everything here does nothing. The Python packages
 for this (sdnotify, systemd-python) are stale or need libsystemd (notes/ecosystem.md §0).
 """
@@ -13,11 +17,23 @@ for this (sdnotify, systemd-python) are stale or need libsystemd (notes/ecosyste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
+import threading
+import time
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
+
+#: While the start is extended, a message every EXTEND_EVERY seconds asks for EXTEND_BY more: three
+#: messages can be lost (or the thread starved of the GIL by a long compiled call) before it expires.
+EXTEND_EVERY = 15.0
+EXTEND_BY = 60.0
+#: The start is extended for at most this long in all (then TimeoutStartSec= runs out as usual):
+#: a design that takes longer than an hour is a fault to show, not to wait for.
+MAX_START_EXTENSION = 3600.0
 
 
 class Notifier:
@@ -46,6 +62,35 @@ class Notifier:
             log.debug("sd_notify to %s failed: %s", self._address, exc)
             return False
         return True
+
+    @contextlib.contextmanager
+    def extending(self, status: str, *, every: float = EXTEND_EVERY, by: float = EXTEND_BY,
+                  limit: float = MAX_START_EXTENSION) -> Iterator[None]:
+        """Extend the start-up timeout while the body runs (blocking work before ``READY=1``):
+        ``EXTEND_TIMEOUT_USEC=by`` with ``STATUS=status`` at once and every ``every`` seconds from
+        a daemon thread, until the body ends or ``limit`` seconds have passed. Inert without
+        ``$NOTIFY_SOCKET``."""
+        if not self.enabled:
+            yield
+            return
+        done = threading.Event()
+        usec = str(int(by * 1e6))
+
+        def pinger() -> None:
+            end = time.monotonic() + limit
+            while time.monotonic() < end:
+                self.notify(EXTEND_TIMEOUT_USEC=usec, STATUS=status)
+                if done.wait(every):
+                    return
+            log.warning("start-up still busy after %.0f s (%s): no more start-up extensions", limit, status)
+
+        thread = threading.Thread(target=pinger, name="systemd-extend", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     async def watchdog(self) -> None:
         """Ping ``WATCHDOG=1`` every half of ``$WATCHDOG_USEC`` until cancelled (returns at once
