@@ -328,11 +328,11 @@ def tod_leakage(sc: Scenarios, sample_period: float, left: Arr, right: Arr) -> f
     left = left if left.shape[0] and not left[-1].any() else np.vstack([left, stop])
     right = right if right.shape[0] and not right[-1].any() else np.vstack([right, stop])
     hourly = smoothed(sc.hourly)
-    left_h, right_h = day_hours(sc, sample_period, left.shape[0], right.shape[0])
+    left_h, right_h = day_hours(sample_period, left.shape[0], right.shape[0])
     return float(np.max(window_leakage(hourly[left_h], hourly[right_h], left, right)))
 
 
-def day_hours(sc: Scenarios, sample_period: float, n_left: int, n_right: int
+def day_hours(sample_period: float, n_left: int, n_right: int
               ) -> tuple[NDArray[np.int8], NDArray[np.int8]]:
     """The hours of :func:`_window_hours` for a mark at every position of the day on the grid of
     :func:`hour_plans` (M positions): the figures that take their maximum over these do not trust

@@ -807,15 +807,20 @@ class StreamPrivatizer:
         i = bisect_right(self._bounds, p)
         return (self._bounds[i - 1] if i else None), (self._bounds[i - 2] if i >= 2 else None)
 
+    def _right_bounds(self, p: int) -> tuple[int | None, int | None]:
+        """The nearest restart boundary after p, and the one after it (None: none)."""
+        i = bisect_right(self._bounds, p)
+        after: list[int | None] = [*self._bounds[i:i + 2], None, None]
+        return after[0], after[1]
+
     def _right_cut(self, rows: NDArray[np.float64], p: int) -> tuple[NDArray[np.float64], int | None]:
         """The right ``rows`` of a mark at p as evaluated, and the nearest restart boundary after p
         (its step takes the gap hypotheses). A second boundary c within reach (c ≤ p + len + 1) cuts
         them: record c − 1 stands in as released — given X_{c−1}, what lies after it is independent
         of X_p whatever happened at c (the right side does not depend on any law)."""
-        i = bisect_right(self._bounds, p)
-        b = self._bounds[i] if i < len(self._bounds) else None
-        if i + 1 < len(self._bounds) and self._bounds[i + 1] <= p + rows.shape[0] + 1:
-            rows = rows[:self._bounds[i + 1] - p - 2]
+        b, c = self._right_bounds(p)
+        if c is not None and c <= p + rows.shape[0] + 1:
+            rows = rows[:c - p - 2]
         return rows, b
 
     def _gaps(self, b: int | None, lo: int, hi: int) -> list[int | None]:
@@ -832,8 +837,7 @@ class StreamPrivatizer:
 
     def _right_gaps(self, p: int, m: int) -> list[int | None]:
         """Gaps for the right side of a mark at p with m rows (at the nearest boundary after p)."""
-        i = bisect_right(self._bounds, p)
-        return self._gaps(self._bounds[i] if i < len(self._bounds) else None, p, p + m + 1)
+        return self._gaps(self._right_bounds(p)[0], p, p + m + 1)
 
     def _window_rows(self, m: Mark, committed: bool) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Left and right rows of the mark's window outward from p: decided records as used (an
@@ -920,7 +924,7 @@ class StreamPrivatizer:
         sc, period = self.time_of_day
         rows_r = np.zeros((1, self.k)) if right is None else right
         hourly = smoothed(sc.hourly)
-        left_h, right_h = day_hours(sc, period, max(s.shape[0] + (0 if reach else 1) for s, reach in spans),
+        left_h, right_h = day_hours(period, max(s.shape[0] + (0 if reach else 1) for s, reach in spans),
                                     rows_r.shape[0])
         first_laws = np.eye(self.k) if self.initial is None else self.initial[None]
         L = np.maximum.reduce([left_pairs_at(hourly, left_h[:, :rows.shape[0] + (0 if reach else 1)], rows,
@@ -951,8 +955,7 @@ class StreamPrivatizer:
     def _tod_right_rows(self, p: int, rows: NDArray[np.float64]) -> NDArray[np.float64]:
         """The right rows of :meth:`_tod_figure` ended by a released record: after the rows, or at the
         first unobserved step of the nearest restart after p that they reach (distance b − p)."""
-        i = bisect_right(self._bounds, p)
-        b = self._bounds[i] if i < len(self._bounds) else None
+        b, _ = self._right_bounds(p)
         if b is not None and b <= p + rows.shape[0] + 1:
             rows = rows[:b - p - 1]
         return np.vstack([rows, np.zeros((1, self.k))])
@@ -970,8 +973,7 @@ class StreamPrivatizer:
         if left.shape[0] < H or right.shape[0] < Hr or p - H - 1 < 0:
             return False
         b, _ = self._left_bounds(p)
-        i = bisect_right(self._bounds, p)
-        after = self._bounds[i] if i < len(self._bounds) else None
+        after, _ = self._right_bounds(p)
         if (b is not None and p - H - 1 < b <= p) or (after is not None and after <= p + Hr + 1):
             return False
         return bool(np.all(left[:H] >= self.plan.left.red[:H]) and np.all(right[:Hr] >= self.plan.right.red[:Hr]))
