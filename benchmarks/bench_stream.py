@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from streamguard.loopback import HOST, accepts, free_port
+from streamguard.support.loopback import HOST, accepts, free_port
 
 from ._common import (
     base_parser,

@@ -244,7 +244,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import io
 
     from ..config import environment_warnings, load_settings
-    from ..config_paths import state_problems
+    from ..config.paths import state_problems
 
     status = 0
     for warning in environment_warnings():

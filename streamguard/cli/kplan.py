@@ -13,8 +13,8 @@ import numpy as np
 from ..audit.brute import MAX_WORK, brute_force_leakage
 from ..audit.kstate import PairLeakage, RowsError, redaction_leakage
 from ..audit.start import start_effect
-from ..chain import MarkovChain, ModelError
-from ..channel import ChannelSequence
+from ..model.chain import MarkovChain, ModelError
+from ..privacy.channel import ChannelSequence
 from ..redaction.kplan import DESIGNS, KRedactionPlan, plan_kredaction, plan_kstream
 from ..redaction.plan import relation
 from .common import CliError, json_arg

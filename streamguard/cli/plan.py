@@ -14,9 +14,9 @@ import numpy as np
 from ..audit import brute_force_leakage, exact_leakage
 from ..audit.brute import MAX_WORK
 from ..audit.start import start_effect, start_hold
-from ..budget import check_budget
-from ..chain import MarkovChain
-from ..channel import ChannelSequence
+from ..privacy.budget import check_budget
+from ..model.chain import MarkovChain
+from ..privacy.channel import ChannelSequence
 from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from ..redaction.design import DESIGNS
 from ..redaction.plan import RedactionPlan, plan_redaction, relation

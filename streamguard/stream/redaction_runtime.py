@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 from ..config import ConfigError, Settings, StreamConfig
 from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import OverBudget, StreamPlan, within
@@ -29,8 +29,8 @@ from ..model.scenarios import Scenarios
 from ..quilt.release import AggregateRelease
 from . import privacy_mode
 from .privatizer import Mark, Release, StreamPrivatizer
-from .records import Element, Rejection
-from .steps import Step, StepTracker
+from ..frames.records import Element, Rejection
+from ..frames.steps import Step, StepTracker
 
 from .runtime import FRESH, Resume, StreamRuntime, _is_power_of_ten
 

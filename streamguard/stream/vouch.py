@@ -63,7 +63,7 @@ from typing import Any
 
 from ..ingest.mapping import Press
 from .privatizer import Mark, StreamPrivatizer
-from .steps import StepTracker
+from ..frames.steps import StepTracker
 
 #: Why an unheard step was decided as private (the mark's reason).
 SESSION_LOST = ("unvouched: the broker did not keep the daemon's session, so a privacy-button press in this time "
