@@ -122,7 +122,7 @@ def _report(n: int, r: dict[str, float]) -> None:
 
 
 def _check_bounded(n: int, r: dict[str, float], rss_kb: int) -> None:
-    """What a burst may cost (README, "Hostile input"): a bounded outbox, no ledger event per frame,
+    """What a burst may cost (docs/operations.md, "Hostile input"): a bounded outbox, no ledger event per frame,
     RSS within ``rss_kb`` for the whole burst — and every frame still one step of the chain."""
     assert r["rejected"] == 2 * n and r["positions"] == 2 * n  # (bulk steps keep their positions)
     assert r["bulk_steps"] > n  # the rate held: most frames were only counted

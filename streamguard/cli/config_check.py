@@ -222,7 +222,7 @@ def _aggregate_lines(cfg: Any) -> tuple[list[str], list[str]]:
 
 
 def _ingest_line(cfg: Any) -> str:
-    """Where a mapped sensor is read and how its steps are timed (README, "Connect your sensors")."""
+    """Where a mapped sensor is read and how its steps are timed (docs/sensors.md)."""
     from ..ingest.presets import resolve
 
     mapping = resolve(cfg.ingest)

@@ -52,7 +52,7 @@ DECIDE_EVERY = 64
 #: noted for the step rule: steps.py), and the steps counted are taken in bulk at the stream's next
 #: tick or frame (privatizer.skip_run: O(memory) however many; the aggregate windows observe them
 #: as one run: aggregates.observe_run). A burst then costs per frame its parse and a counter
-#: (issue 28; README "Hostile input").
+#: (issue 28; docs/operations.md, "Hostile input").
 HOSTILE_PER_SECOND = 200.0
 #: Finished marks listed in the privacy status (``recent_marks``): the latest ones, oldest first.
 RECENT_MARKS = 50
