@@ -9,7 +9,9 @@ privacy status — as MQTT messages. Used by the consumer tests and benchmarks/c
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,9 +53,16 @@ def simulate(stream: dict[str, Any], P: np.ndarray, n: int, seed: int, *, mark_e
     """Run ``n`` frames of a Markov path through the runtime of ``stream`` (a [[streams]] table
     without name/source). ``mark_every``: a private flag on every that-many-th frame (at a place
     independent of the readings); ``bad_every``: a malformed frame instead of every that-many-th."""
+    with tempfile.TemporaryDirectory(prefix="sg-consumer-sim-") as tmp:  # (a time-of-day model's drift
+        return _simulate(stream, P, n, seed, Path(tmp) / "outbox.sqlite",  # guard keeps its state there)
+                         mark_every=mark_every, device=device, period=period, bad_every=bad_every)
+
+
+def _simulate(stream: dict[str, Any], P: np.ndarray, n: int, seed: int, outbox: Path, *, mark_every: int | None,
+              device: str, period: float, bad_every: int | None) -> Simulated:
     rng = np.random.default_rng(seed)
     labels = stream["labels"]
-    s = Settings(device=device, deterministic_seed=seed, outbox={"path": "unused.sqlite"}, topic_base=BASE,
+    s = Settings(device=device, deterministic_seed=seed, outbox={"path": str(outbox)}, topic_base=BASE,
                  streams=[{"name": "s", "source": "stdin", **stream}])
     rt = make_runtime(s, s.streams[0], SeededSource(seed), aggregate_source=SeededSource(seed, 2))
     x = markov_path(P, n, rng)
