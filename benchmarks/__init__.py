@@ -1,1 +1,1 @@
-"""Benchmarks for streamguard: paper figure reproductions and core kernel timings (see README.md)."""
+"""Benchmarks for streamguard: paper figure reproductions and core kernel timings (see benchmarks/README.md)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import aiomqtt
 
-from streamguard.loopback import HOST
+from streamguard.support.loopback import HOST
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "streamguard.toml"

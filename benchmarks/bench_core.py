@@ -45,7 +45,7 @@ from numpy.typing import NDArray
 from firmware_sim import MarkovSource
 from streamguard import MarkovChain
 from streamguard.audit.exact import exact_leakage
-from streamguard.channel import ChannelSequence, redaction_tables
+from streamguard.privacy.channel import ChannelSequence, redaction_tables
 from streamguard.redaction.plan import RedactionPlan, StreamPlan, plan_stream
 from streamguard.sampling import (
     CsprngSource,

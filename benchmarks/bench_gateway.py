@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from streamguard.loopback import HOST
+from streamguard.support.loopback import HOST
 
 from ._common import (
     base_parser,

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from streamguard.audit.kstate import redaction_leakage
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.redaction.kplan import plan_kstream
 
 from ._common import (

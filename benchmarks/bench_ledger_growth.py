@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.ledger.events import AggregateEvent, ChannelClaim, ChannelEvent, Event, RedactionEvent
 from streamguard.ledger.odometer import OdometerCache, odometer
 from streamguard.ledger.store import Ledger

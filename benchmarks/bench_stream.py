@@ -34,7 +34,7 @@ pipeline process (event-loop thread and other threads — the outbox's SQLite wo
 and this process. ``--profile`` runs the pipelines under cProfile (event-loop thread only), writes
 ``bench_stream_<pipeline>.prof`` and prints the top functions; its timings are inflated.
 
-- **Batched** (issue 15): 1 stream, each raw message a JSON list of ``BATCH`` frames (README: batches
+- **Batched** (issue 15): 1 stream, each raw message a JSON list of ``BATCH`` frames (docs/daemon.md: batches
   of raw frames), the daemon with ``publish.batch_max = BATCH``, the relay forwarding the lists
   unchanged; closed loop with ``BATCH_WINDOW`` messages in flight.
 
@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from streamguard.loopback import HOST, accepts, free_port
+from streamguard.support.loopback import HOST, accepts, free_port
 
 from ._common import (
     base_parser,
@@ -1158,7 +1158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outbox_table(results),
         f"## Batched: {BATCH} frames per raw message, publish.batch_max = {BATCH} (closed loop, "
         f"{sizes.thr_reps} × {sizes.batch_records:,} records per pipeline)",
-        f"The producer publishes each raw message as a JSON list of {BATCH} frames of one stream (README: "
+        f"The producer publishes each raw message as a JSON list of {BATCH} frames of one stream (docs/daemon.md: "
         f"batches of raw frames); the daemon decides them in chunks of one kernel call and publishes lists of up "
         f"to {BATCH} records; the relay forwards the lists unchanged. End-to-end window {BATCH_WINDOW} messages "
         f"plus the daemon's held records.",

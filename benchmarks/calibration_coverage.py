@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from streamguard.audit.exact import exact_leakage
-from streamguard.chain import MarkovChain, ModelError
-from streamguard.channel import ChannelSequence
+from streamguard.model.chain import MarkovChain, ModelError
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.model.calibrate import TransitionData
 from streamguard.model.modelset import from_calibration
 from streamguard.model.robust import robust_stream_plan

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from streamguard.chain import MarkovChain, ModelError
+from streamguard.model.chain import MarkovChain, ModelError
 from streamguard.model.calibrate import TransitionData
 from streamguard.model.krobust import kstream_windows, member_leakage, robust_kstream_plan
 from streamguard.model.modelset import from_calibration

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 
 from .emission import Emission, Sensitive, default_labels
 from .faults import FaultKind

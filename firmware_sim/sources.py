@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from streamguard._jit import kernel
-from streamguard.chain import MarkovChain
+from streamguard.support.jit import kernel
+from streamguard.model.chain import MarkovChain
 from streamguard.sampling import SeededSource, thresholds
 
 

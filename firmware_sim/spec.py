@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 
 from .config import Bursts, Button, ClockJumps, Faults, SimStream
 from .emission import Emission, Labels, NumericRanges, Sensitive

@@ -31,7 +31,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .chain import MarkovChain
+from .model.chain import MarkovChain
 
 
 def binary_closed_form(alpha: float, beta: float, deltas: ArrayLike) -> NDArray[np.float64]:

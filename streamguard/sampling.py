@@ -40,8 +40,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._jit import kernel
-from .chain import MAX_STATES
+from .support.jit import kernel
+from .model.chain import MAX_STATES
 
 #: Output code of a redacted record in sanitized state arrays.
 REDACTED = -1

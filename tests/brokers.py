@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from streamguard.loopback import HOST, accepts, free_port
+from streamguard.support.loopback import HOST, accepts, free_port
 from streamguard.config import BrokerConfig
 
 #: Mosquitto lives in an sbin directory, which is not on every PATH.

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 import hass_env
-from streamguard.loopback import HOST, free_port
+from streamguard.support.loopback import HOST, free_port
 
 START_TIMEOUT = 60.0
 #: Building the environment inside a test (when ``.ci/run`` did not): within pytest's 600 s limit.

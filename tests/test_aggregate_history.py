@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from ledger_replay import alive
 
-from streamguard._json import json_number
-from streamguard.chain import MarkovChain
+from streamguard.support.json_numbers import json_number
+from streamguard.model.chain import MarkovChain
 from streamguard.ledger.aggregate_history import KEEP, ModelHistory
 from streamguard.ledger.composition import CompositionError
 from streamguard.ledger.events import AggregateEvent

@@ -14,7 +14,7 @@ from _reference import enumerate_leakage, hat_i, redaction_emissions
 from streamguard import MarkovChain, ModelError
 from streamguard.audit import brute_force_leakage, exact_leakage, side_leakage
 from streamguard.audit.exact import side_range
-from streamguard.channel import ChannelError, ChannelSequence
+from streamguard.privacy.channel import ChannelError, ChannelSequence
 from streamguard.redaction.baselines import window_leakage
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from _reference import delta_star_scan, hat_i, mq_mode_one_sided
 from streamguard import MarkovChain
 from streamguard.audit import exact_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.redaction.baselines import (
     baseline_plan,
     best_window_plan,

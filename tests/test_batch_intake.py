@@ -1,5 +1,5 @@
 """Issue 15: a raw message may carry a batch — a JSON list of frames of one stream, each element one
-step (stream/records.py: split_batch, parse_element; stream/runtime.py: on_message). Checked here
+step (frames/records.py: split_batch, parse_element; stream/runtime.py: on_message). Checked here
 without a broker (the daemon end to end is in test_batch_daemon.py):
 
 - each element is validated like a frame of its own: malformed elements are rejected steps
@@ -24,7 +24,7 @@ from daemon_harness import binomial_tail, expected_rows
 
 from streamguard.config import Settings
 from streamguard.sampling import bit_source
-from streamguard.stream.records import MAX_BATCH_BYTES, MAX_BATCH_FRAMES, Rejection, split_batch
+from streamguard.frames.records import MAX_BATCH_BYTES, MAX_BATCH_FRAMES, Rejection, split_batch
 from streamguard.stream.redaction_runtime import RedactionRuntime
 from streamguard.stream.runtimes import make_runtime
 
@@ -286,7 +286,7 @@ def test_the_cheap_private_key_test_never_changes_a_verdict(monkeypatch: pytest.
     mixing keys like PRIVATE, " private ", "\\u0070rivate", "prİvate", nested objects and lists,
     duplicates, NaN and bad values, every verdict (record or rejection, its private flag and ts)
     is the one the hook path gives."""
-    from streamguard.stream import records
+    from streamguard.frames import records
 
     states = records.StateMap(labels=("off", "on"))
     keys = ['"private"', '"PRIVATE"', '" Private "', '"\\u0070rivate"', '"prİvate"', '"priv"', '"value"',

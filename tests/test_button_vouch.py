@@ -16,7 +16,7 @@ from streamguard.ingest.mapping import Press
 from streamguard.redaction.plan_cache import cached_plan_stream
 from streamguard.sampling import bit_source
 from streamguard.stream.privatizer import Mark, StreamPrivatizer
-from streamguard.stream.steps import StepTracker
+from streamguard.frames.steps import StepTracker
 from streamguard.stream.vouch import LATE_PRESS, OVERDUE, SESSION_LOST, STOPPED, ButtonHearing
 
 T0 = 1_800_000_000.0  # a grid time (a multiple of PERIOD)

@@ -1,4 +1,4 @@
-"""MarkovChain: validation, stationary law, powers, time reversal, marginals (streamguard.chain)."""
+"""MarkovChain: validation, stationary law, powers, time reversal, marginals (streamguard.model.chain)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from streamguard import MarkovChain, ModelError
-from streamguard.chain import as_chain
+from streamguard.model.chain import as_chain
 
 # ---------------------------------------------------------------------------------------------
 # Validation

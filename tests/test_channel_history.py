@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from ledger_replay import alive, record
 
-from streamguard._json import json_number
+from streamguard.support.json_numbers import json_number
 from streamguard.ledger.book import Guarantee
 from streamguard.ledger.channel_history import KEEP, Coverage
 from streamguard.ledger.events import ChannelClaim, ChannelEvent

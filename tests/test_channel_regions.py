@@ -1,4 +1,4 @@
-"""Local channels (streamguard.channel) and region classification (streamguard.redaction.regions)."""
+"""Local channels (streamguard.privacy.channel) and region classification (streamguard.redaction.regions)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from streamguard.channel import ChannelError, ChannelSequence, check_redaction, redaction_table
+from streamguard.privacy.channel import ChannelError, ChannelSequence, check_redaction, redaction_table
 from streamguard.influence import binary_closed_form
 from streamguard.redaction.regions import L, M, S, classify, side_redaction
 

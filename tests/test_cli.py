@@ -13,7 +13,7 @@ import pytest
 
 from streamguard import MarkovChain
 from streamguard.audit import brute_force_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.cli import main
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
@@ -152,7 +152,7 @@ def test_privatize_batch_mode(tmp_path):
 
 
 def test_demo_refuses_a_remote_or_silent_broker_in_one_line(capsys):
-    from streamguard.loopback import free_port
+    from streamguard.support.loopback import free_port
 
     with pytest.raises(SystemExit) as info:
         run(capsys, "demo", "--broker", "10.0.0.1:1883")

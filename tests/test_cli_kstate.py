@@ -8,8 +8,8 @@ import re
 import numpy as np
 
 from streamguard.audit.brute import brute_force_leakage
-from streamguard.chain import MarkovChain
-from streamguard.channel import ChannelSequence
+from streamguard.model.chain import MarkovChain
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.cli import main
 
 M = "[[0.8,0.15,0.05],[0.1,0.8,0.1],[0.05,0.15,0.8]]"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.cli import main
 from streamguard.ledger.events import AggregateEvent, ChannelClaim, ChannelEvent, RedactionEvent
 from streamguard.ledger.odometer import odometer

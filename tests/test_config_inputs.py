@@ -233,7 +233,7 @@ def test_refusals_are_exactly_the_readings_two_streams_would_share() -> None:
     from streamguard.ingest.mapping import Extractor, Reading
     from streamguard.ingest.presets import resolve
     from streamguard.ingest.spec import IngestConfig
-    from streamguard.stream.records import StateMap
+    from streamguard.frames.records import StateMap
 
     filters = [f for f in ("/".join(p) for n in (1, 2) for p in itertools.product(("a", "b", "+", "#"), repeat=n))
                if valid_filter(f)]

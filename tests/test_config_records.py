@@ -11,7 +11,7 @@ import pytest
 
 from streamguard.config import ConfigError, ScheduleWindow, load_settings
 from streamguard.sampling import SeededSource
-from streamguard.stream.records import MAX_FRAME_BYTES, RawRecord, Rejection, StateMap, parse_frame
+from streamguard.frames.records import MAX_FRAME_BYTES, RawRecord, Rejection, StateMap, parse_frame
 from streamguard.stream.redaction_runtime import RedactionRuntime
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
@@ -200,7 +200,7 @@ def test_aggregate_budget_defaults_to_the_sum_of_the_windows_epsilon(tmp_path):
 
 
 def test_sensitive_field_is_parsed_like_value_and_never_echoed():
-    from streamguard.stream.records import SensitiveField
+    from streamguard.frames.records import SensitiveField
 
     sf = SensitiveField("occupancy", StateMap(labels=("away", "home")))
     ok = parse_frame(b'{"value": "vacant", "occupancy": "home"}', LABELS, now=0, last_ts=None, sensitive=sf)

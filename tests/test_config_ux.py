@@ -18,7 +18,7 @@ import pytest
 from firmware_sim import MarkovSource
 from streamguard import MarkovChain
 from streamguard.config import ConfigError, ScheduleWindow, environment_warnings, load_settings
-from streamguard.config_paths import make_state_dirs, state_problems
+from streamguard.config.paths import make_state_dirs, state_problems
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
 

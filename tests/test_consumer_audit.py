@@ -14,7 +14,7 @@ import pytest
 from consumer_sim import BASE, simulate
 from streamguard import MarkovChain
 from streamguard.audit import brute_force_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.consumer.audit import audit_redaction
 from streamguard.consumer.collector import Collector
 from streamguard.consumer.messages import Record

@@ -124,7 +124,7 @@ def test_consume_argument_errors(tmp_path, capsys):
     assert "HOST:PORT" in capsys.readouterr().err
     with pytest.raises(CaptureError):
         list(read_capture(bad))
-    from streamguard.loopback import free_port
+    from streamguard.support.loopback import free_port
 
     assert main(["consume", "--broker", f"127.0.0.1:{free_port()}", "--count", "1"]) == 2  # nobody listens
     assert "cannot connect" in capsys.readouterr().err

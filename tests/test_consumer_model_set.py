@@ -24,7 +24,7 @@ from jsonschema import Draft202012Validator
 from consumer_sim import BASE, simulate
 from streamguard import MarkovChain
 from streamguard.audit.exact import exact_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.consumer.audit import audit_redaction
 from streamguard.consumer.collector import Collector
 from streamguard.consumer.messages import Record

@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.consumer.estimates import redaction_shares, setchain_shares
 from streamguard.consumer.messages import Record
 from streamguard.consumer.model import PublishedModel

@@ -46,13 +46,13 @@ from firmware_sim import DEFAULT_START, Button, Faults, Labels, SimDevice, SimSt
 from streamguard import MarkovChain
 from streamguard.audit.exact import Leakage, exact_leakage
 from streamguard.audit.start import start_effect
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.config import PublishConfig, Settings
 from streamguard.redaction.plan import StreamPlan, plan_stream
 from streamguard.redaction.side import SideModel, plan_side
 from streamguard.stream.daemon import Daemon
 from streamguard.stream.outbox import Outbox
-from streamguard.stream.records import MAX_BATCH_BYTES, MAX_BATCH_FRAMES, MAX_CLOCK_AHEAD, MAX_FRAME_BYTES, REASONS
+from streamguard.frames.records import MAX_BATCH_BYTES, MAX_BATCH_FRAMES, MAX_CLOCK_AHEAD, MAX_FRAME_BYTES, REASONS
 from streamguard.stream.transport import MAX_PACKET_BYTES
 from streamguard.stream.runtime import COMMAND_REASONS
 from streamguard.stream.transport import MqttTransport

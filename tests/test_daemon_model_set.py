@@ -18,7 +18,7 @@ from test_daemon_e2e import (STATUS, check_stream_records, final_privacy, frame_
 from firmware_sim import Button, Labels, SimDevice, SimStream
 from streamguard import MarkovChain
 from streamguard.audit.exact import exact_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.cli import main
 from streamguard.model import modelset
 from streamguard.model.robust import robust_stream_plan

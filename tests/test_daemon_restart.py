@@ -210,7 +210,7 @@ async def test_a_mark_pending_at_the_crash_keeps_protecting(mosquitto: Broker, t
     import numpy as np
 
     from streamguard.audit.exact import exact_leakage
-    from streamguard.channel import ChannelSequence
+    from streamguard.privacy.channel import ChannelSequence
     from streamguard.redaction.plan import plan_stream
 
     cfg = mosquitto.broker_config()

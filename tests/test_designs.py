@@ -15,7 +15,7 @@ import pytest
 from _reference import hat_i, influences_exact
 from streamguard import MarkovChain
 from streamguard.audit import brute_force_leakage, exact_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.influence import binary_closed_form, pointwise_right
 from streamguard.redaction.design import (
     common_q_exact,

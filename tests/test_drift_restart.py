@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from brokers import Broker
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.config import Settings
 from streamguard.model.block_drift import BlockDriftGuard, partition_for
 from streamguard.model.modelset import ModelSet

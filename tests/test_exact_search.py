@@ -12,7 +12,7 @@ import pytest
 
 from streamguard import MarkovChain
 from streamguard.audit.exact import side_range
-from streamguard.channel import redaction_tables, revealing
+from streamguard.privacy.channel import redaction_tables, revealing
 from streamguard.redaction.exact_search import side_leakage_forward
 from streamguard.redaction.plan import plan_stream
 from streamguard.redaction.regions import M

@@ -43,7 +43,7 @@ from firmware_sim import (
 )
 from firmware_sim.mqtt import require_loopback
 from firmware_sim.spec import stream_from_spec
-from streamguard.loopback import free_port
+from streamguard.support.loopback import free_port
 from streamguard import MarkovChain
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ from hass_real import HomeAssistant, home_assistant
 import aiomqtt
 from firmware_sim.onchange import OnChangeSensor, paced
 from streamguard.ingest.spec import IngestConfig
-from streamguard.loopback import HOST
+from streamguard.support.loopback import HOST
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "zigbee2mqtt.toml"
 DEVICE = "hall-pi"  # the example's

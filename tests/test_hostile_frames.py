@@ -147,7 +147,7 @@ def _report(n: int, r: dict[str, float], warm: int | None = None) -> None:
 
 
 def _check_bounded(n: int, r: dict[str, float], rss_kb: int, warm: int | None = None) -> None:
-    """What a burst may cost (README, "Hostile input"): a bounded outbox, no ledger event per frame,
+    """What a burst may cost (docs/operations.md, "Hostile input"): a bounded outbox, no ledger event per frame,
     RSS within ``rss_kb`` for the whole (measured) burst of n after ``warm`` (default n) — and
     every frame still one step of the chain."""
     total = n + (n if warm is None else warm)

@@ -23,7 +23,7 @@ from streamguard.ingest.spec import IngestConfig
 from streamguard.ingest.stream import IngestHub, IngestStream
 from streamguard.ingest.timestamps import parse_time
 from streamguard.ingest.topics import matches, valid_filter
-from streamguard.stream.records import Rejection, StateMap
+from streamguard.frames.records import Rejection, StateMap
 
 NOW = 1_795_648_000.0  # 2026-11-25T23:06:40Z
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

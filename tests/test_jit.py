@@ -1,4 +1,4 @@
-"""numba cache-directory choice (streamguard._jit.choose_cache_dir)."""
+"""numba cache-directory choice (streamguard.support.jit.choose_cache_dir)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from streamguard._jit import choose_cache_dir
+from streamguard.support.jit import choose_cache_dir
 
 
 def test_explicit_numba_cache_dir_wins(tmp_path):
@@ -75,7 +75,7 @@ def test_nothing_writable_returns_none(tmp_path):
 def test_import_sets_numba_cache_dir_only_when_needed(tmp_path):
     """In a fresh interpreter with NUMBA_CACHE_DIR set, importing streamguard keeps it."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "explicit")}
-    code = "import os, streamguard._jit, numba; print(os.environ['NUMBA_CACHE_DIR']); print(numba.config.CACHE_DIR)"
+    code = "import os, streamguard.support.jit, numba; print(os.environ['NUMBA_CACHE_DIR']); print(numba.config.CACHE_DIR)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     lines = out.stdout.strip().splitlines()
     assert lines == [str(tmp_path / "explicit")] * 2

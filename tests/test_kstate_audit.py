@@ -13,8 +13,8 @@ import pytest
 from streamguard.audit.brute import brute_force_leakage
 from streamguard.audit.exact import exact_leakage
 from streamguard.audit.kstate import RowsError, check_rows, redaction_leakage, right_pairs
-from streamguard.chain import MarkovChain
-from streamguard.channel import ChannelSequence
+from streamguard.model.chain import MarkovChain
+from streamguard.privacy.channel import ChannelSequence
 
 
 def chain_of(kind: str, k: int, rng: np.random.Generator) -> np.ndarray:

@@ -9,8 +9,8 @@ import pytest
 
 from streamguard.audit.brute import brute_force_leakage
 from streamguard.audit.kstate import redaction_leakage
-from streamguard.chain import MarkovChain
-from streamguard.channel import ChannelSequence
+from streamguard.model.chain import MarkovChain
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.redaction.kplan import plan_kredaction, plan_kstream
 
 STICKY3 = np.array([[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]])

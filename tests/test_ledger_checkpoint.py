@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from ledger_replay import alive
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.ledger import checkpoint
 from streamguard.ledger.events import (AggregateEvent, ChannelClaim, ChannelEvent, DriftEvent, Event, RedactionEvent)
 from streamguard.ledger.mark_history import MarkSummary

@@ -24,7 +24,7 @@ from streamguard.ledger.store import Ledger
 
 CHILD = r"""
 import random, sys
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.ledger.events import AggregateEvent, ChannelClaim, ChannelEvent, RedactionEvent
 from streamguard.ledger.store import Ledger
 from streamguard.quilt import QuiltModel

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.cli import main
 from streamguard.config import Settings
 from streamguard.ledger.events import AggregateEvent, EventError, RedactionEvent

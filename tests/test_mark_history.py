@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from ledger_replay import alive, record
 
-from streamguard._json import json_number
+from streamguard.support.json_numbers import json_number
 from streamguard.ledger.events import RedactionEvent
 from streamguard.ledger.odometer import odometer
 from streamguard.ledger.store import BudgetExceeded, Ledger

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.perturbation import dyadic
 from streamguard.perturbation.identifiability import e_i_matrix, feasibility_threshold, hamming_matrix
 from streamguard.perturbation.markov_prior import MarkovPriorSampler, markov_prior_tensor

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from streamguard.chain import MarkovChain, ModelError
+from streamguard.model.chain import MarkovChain, ModelError
 from streamguard.model.calibrate import TransitionData, read_transitions
 from streamguard.model.confidence import entry_bounds, excludes_range, in_row_set, row_threshold
 from streamguard.model.modelset import from_calibration, from_json, load
-from streamguard.stream.records import StateMap
+from streamguard.frames.records import StateMap
 
 LABELS = StateMap(labels=("off", "on"))
 EPOCH = 1_764_000_000.0  # November 2025: a real timestamp the old calibration rejected

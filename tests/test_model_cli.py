@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from streamguard.audit.exact import exact_leakage
-from streamguard.chain import MarkovChain
-from streamguard.channel import ChannelSequence
+from streamguard.model.chain import MarkovChain
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.cli import main
 from streamguard.model import modelset
 

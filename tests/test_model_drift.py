@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.config import Settings
 from streamguard.model.calibrate import TransitionData
 from streamguard.model.drift import DriftGuard

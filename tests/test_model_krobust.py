@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from streamguard.chain import ModelError, stationary_distribution
+from streamguard.model.chain import ModelError, stationary_distribution
 from streamguard.cli import main
 from streamguard.model.calibrate import TransitionData
 from streamguard.model.interval import box_leakage_bound, corner_kernels
@@ -302,7 +302,7 @@ def test_the_daemon_runs_the_robust_k_state_plan(tmp_path, capsys, fast_set) -> 
 
 
 def MarkovChainOf(P: np.ndarray):  # noqa: N802 - reads like the constructor it wraps
-    from streamguard.chain import MarkovChain
+    from streamguard.model.chain import MarkovChain
 
     return MarkovChain(P)
 
@@ -311,7 +311,7 @@ def test_audit_model_bounds_a_k_state_table_over_the_set(tmp_path, capsys, fast_
     """``audit --model`` over a k-state region: the bound (records beyond the table count as released)
     is ≥ the exact finite-chain leakage under random stationary members."""
     from streamguard.audit.kstate import redaction_leakage
-    from streamguard.chain import MarkovChain
+    from streamguard.model.chain import MarkovChain
 
     ms, _ = fast_set
     path = tmp_path / "MODEL.json"

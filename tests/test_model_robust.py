@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from streamguard.audit import brute_force_leakage, exact_leakage
-from streamguard.chain import MarkovChain, ModelError
-from streamguard.channel import ChannelSequence
+from streamguard.model.chain import MarkovChain, ModelError
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.model.modelset import ModelSet
 from streamguard.model.robust import (chain_windows, robust_redaction_plan, robust_stream_plan, stream_windows,
                                       worst_leakage)

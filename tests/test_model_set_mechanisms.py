@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.config import Settings
 from streamguard.model import modelset
 from streamguard.perturbation.stream_leakage import stream_leakage_report

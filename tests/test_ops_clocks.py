@@ -13,7 +13,7 @@ import pytest
 from streamguard.cli import main
 from streamguard.config import Settings
 from streamguard.sampling import bit_source
-from streamguard.stream.records import MAX_CLOCK_AHEAD
+from streamguard.frames.records import MAX_CLOCK_AHEAD
 from streamguard.stream.runtimes import make_runtime
 
 LABELS = ("off", "on")

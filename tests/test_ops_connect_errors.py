@@ -18,7 +18,7 @@ from daemon_harness import daemon_toml
 
 from streamguard.cli.common import EXIT_CONFIG
 from streamguard.config import PublishConfig
-from streamguard.loopback import free_port
+from streamguard.support.loopback import free_port
 from streamguard.stream.transport import Backoff, ConnectFailed, ConnectRefused, MqttTransport, reconnecting
 
 EXIT_WITHIN = 30.0

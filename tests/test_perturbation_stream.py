@@ -11,7 +11,7 @@ import pytest
 
 from streamguard import MarkovChain
 from streamguard.audit.brute import brute_force_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.perturbation import Joint
 from streamguard.perturbation.designers import design
 from streamguard.perturbation.stream_leakage import (

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import pytest
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.cli import main
 from streamguard.config import ConfigError
 from streamguard.redaction import kplan
@@ -123,7 +123,7 @@ def test_the_audit_matches_the_evaluator_with_impossible_values() -> None:
     the evaluator on chains with zeros and point-mass laws — finite and +∞ figures alike."""
     from streamguard.audit.brute import brute_force_leakage
     from streamguard.audit.kstate import redaction_leakage
-    from streamguard.channel import ChannelSequence
+    from streamguard.privacy.channel import ChannelSequence
 
     rng = np.random.default_rng(24)
     finite = infinite = 0

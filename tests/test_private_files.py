@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamguard.ledger.store import Ledger
-from streamguard.private_files import write_private
+from streamguard.support.private_files import write_private
 from streamguard.stream.outbox import Item, Outbox
 
 

@@ -16,7 +16,7 @@ from scipy.optimize import minimize_scalar
 
 from streamguard import MarkovChain
 from streamguard.audit import brute_force_leakage, exact_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.redaction.plan import plan_stream
 from streamguard.sampling import SeededSource
 from streamguard.stream.privatizer import Mark, StreamPrivatizer

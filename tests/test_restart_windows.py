@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from brokers import Broker
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.redaction.kplan import stream_plan_for
 from streamguard.sampling import bit_source
 from streamguard.stream.outbox import Outbox

@@ -296,7 +296,7 @@ def test_marks_across_a_restart_are_bounded_over_the_region() -> None:
     region (every hypothesis): each figure is ≥ the tests' evaluator under members of the region for
     G ∈ {0, 1, 2, 3, 5, 8, 13, 40} (unseen readings: rows of ones) and for a restarted sensor (a new
     stream with any law), and an honoured mark is ≤ ε."""
-    from streamguard.chain import MarkovChain
+    from streamguard.model.chain import MarkovChain
     from streamguard.redaction.kplan import plan_kstream
     from streamguard.sampling import SeededSource
     from streamguard.stream.privatizer import StreamPrivatizer

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamguard.chain import MarkovChain
+from streamguard.model.chain import MarkovChain
 from streamguard.config import Settings
 from streamguard.model import modelset
 from streamguard.sampling import SeededSource

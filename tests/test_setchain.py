@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from streamguard.chain import ModelError
+from streamguard.model.chain import ModelError
 from streamguard.model.setchain import Block, SetChain, is_setchain_json
 
 

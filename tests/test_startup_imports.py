@@ -59,12 +59,12 @@ def test_daemon_start_imports_no_designer_only_package():
 
 
 def test_numba_keeps_linear_algebra_after_importing_without_scipy():
-    """streamguard._jit imports numba with scipy hidden; scipy and numba's BLAS-backed `@` still
+    """streamguard.support.jit imports numba with scipy hidden; scipy and numba's BLAS-backed `@` still
     work afterwards (numba imports scipy.linalg when such a kernel is compiled)."""
     code = """
 import sys
 import numpy as np
-import streamguard._jit
+import streamguard.support.jit
 assert "scipy" not in sys.modules
 import numba
 from scipy.special import gammaln

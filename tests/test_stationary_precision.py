@@ -17,7 +17,7 @@ import numpy as np
 
 from streamguard import MarkovChain
 from streamguard.audit.pufferfish import LaplaceRelease, pufferfish_epsilon
-from streamguard.chain import stationary_distribution
+from streamguard.model.chain import stationary_distribution
 from streamguard.quilt import QuiltModel, max_influence, sigma_max, sigma_max_naive
 
 # Rare state 2: every transition into it has probability ~1e−15. The entries are dyadic, so every

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from streamguard.config import ScheduleWindow, Settings
-from streamguard.stream.records import StateMap, parse_frame
+from streamguard.frames.records import StateMap, parse_frame
 from streamguard.stream.redaction_runtime import RedactionRuntime
 from streamguard.sampling import SeededSource
-from streamguard.stream.steps import StepTracker
+from streamguard.frames.steps import StepTracker
 
 T0 = 1_700_000_000.0
 LABELS = ("lo", "hi")

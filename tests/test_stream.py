@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from _reference import influences_float
 from streamguard import MarkovChain
 from streamguard.audit import brute_force_leakage, exact_leakage
-from streamguard.channel import ChannelSequence
+from streamguard.privacy.channel import ChannelSequence
 from streamguard.influence import binary_closed_form
 from streamguard.redaction.plan import plan_stream
 

@@ -60,7 +60,7 @@ def test_periods_whose_alignments_are_not_all_evaluated_are_refused(period: floa
     """Under a minute (positions 60 s apart put an hour boundary only on every few records: the
     figure was 5.400 where the evaluator found 5.419 at 10 s, left 2.327 < 2.345 at 20 s), or not
     dividing an hour (7 min): refused: a privatizer core with such a time-of-day scenario is not built."""
-    from streamguard.chain import ModelError
+    from streamguard.model.chain import ModelError
     from streamguard.model.scenarios import check_period
 
     with pytest.raises(ModelError, match="divides an hour"):  # (the core's own window figure, at construction)

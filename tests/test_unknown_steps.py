@@ -40,7 +40,7 @@ from streamguard.config import Settings
 from streamguard.ingest.resampler import Resampler
 from streamguard.ingest.stream import IngestStream
 from streamguard.sampling import bit_source
-from streamguard.stream.records import Rejection
+from streamguard.frames.records import Rejection
 from streamguard.stream.runtimes import make_runtime
 
 LABELS = ["vacant", "occupied"]

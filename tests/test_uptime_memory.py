@@ -21,7 +21,7 @@ from pathlib import Path
 
 from streamguard.config import Settings
 from streamguard.sampling import bit_source
-from streamguard.stream import steps
+from streamguard.frames import steps
 from streamguard.stream.runtimes import make_runtime
 
 RATE = 180.0

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from ..chain import MarkovChain
-from ..channel import ChannelError, ChannelSequence
+from ..model.chain import MarkovChain
+from ..privacy.channel import ChannelError, ChannelSequence
 
 #: Largest k^n · m^n the brute force accepts.
 MAX_WORK = 60_000_000

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from .._jit import kernel
-from ..chain import MarkovChain, ModelError
-from ..channel import ChannelError, ChannelSequence
+from ..support.jit import kernel
+from ..model.chain import MarkovChain, ModelError
+from ..privacy.channel import ChannelError, ChannelSequence
 
 
 @kernel

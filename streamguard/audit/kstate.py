@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._jit import kernel
+from ..support.jit import kernel
 from .start import left_pairs, scaled_product
 
 

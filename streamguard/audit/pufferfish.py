@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 
 #: Largest k^T enumerated.
 MAX_SEQUENCES = 200_000

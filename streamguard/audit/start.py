@@ -57,8 +57,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from .._jit import kernel
-from ..chain import stationary_distribution
+from ..support.jit import kernel
+from ..model.chain import stationary_distribution
 from ..redaction.side import MIN_SIDE_BUDGET
 
 

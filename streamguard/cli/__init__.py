@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from ..chain import ModelError
-from ..channel import ChannelError
+from ..model.chain import ModelError
+from ..privacy.channel import ChannelError
 from ..config import ConfigError
 from . import calibrate, config_check, consume, daemon, ledger, mechanism, mqm, plan
 from .common import EXIT_CONFIG, EXIT_IN_USE, CliError

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..chain import ModelError
+from ..model.chain import ModelError
 from ..model.calibrate import read_transitions
 from ..model.modelset import ModelSet, from_calibration, write_model_json
 from ..model.select import Transitions, describe_fit, select_setchain
-from ..stream.records import StateMap
+from ..frames.records import StateMap
 from .common import CliError, read_text
 
 

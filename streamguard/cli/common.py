@@ -17,6 +17,8 @@ EXIT_CONFIG = 78
 #: ``run``'s exit status when the disk under the outbox or the ledger has no room at start (the
 #: shutdown reserve included, stream/disk.py) or is still full at a stop: EX_IOERR.
 EXIT_DISK_FULL = 74
+#: The last line of a plan's table (``plan``, binary and k-state).
+GUARANTEE_NOTE = "Guarantee holds under the stated Markov model; see docs/guarantees.md."
 
 
 class CliError(Exception):

@@ -222,7 +222,7 @@ def _aggregate_lines(cfg: Any) -> tuple[list[str], list[str]]:
 
 
 def _ingest_line(cfg: Any) -> str:
-    """Where a mapped sensor is read and how its steps are timed (README, "Connect your sensors")."""
+    """Where a mapped sensor is read and how its steps are timed (docs/sensors.md)."""
     from ..ingest.presets import resolve
 
     mapping = resolve(cfg.ingest)
@@ -244,7 +244,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import io
 
     from ..config import environment_warnings, load_settings
-    from ..config_paths import state_problems
+    from ..config.paths import state_problems
 
     status = 0
     for warning in environment_warnings():

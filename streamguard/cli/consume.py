@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..chain import ModelError
+from ..model.chain import ModelError
 from ..config import BrokerConfig
 from ..consumer.capture import CaptureError, CaptureWriter, read_capture
 from ..consumer.collector import Collector

@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import sqlite3
 
     from ..config import environment_warnings, load_settings
-    from ..config_paths import make_state_dirs
+    from ..config.paths import make_state_dirs
     from ..stream.daemon import Daemon, stdin_frames
     from ..stream.memory import glibc_malloc_trim, trimmed_heap
     from ..stream.outbox import InUse
@@ -157,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _broker_arg(text: str) -> tuple[str, int]:
-    from ..loopback import is_loopback
+    from ..support.loopback import is_loopback
 
     host, _, port = text.rpartition(":")
     try:
@@ -185,7 +185,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise CliError('the embedded broker needs the demo extra: pip install "streamguard[demo]"; or use a '
                            "broker on this machine: streamguard demo --broker 127.0.0.1:1883") from None
     else:
-        from ..loopback import accepts
+        from ..support.loopback import accepts
 
         host, port = args.broker
         if not accepts(port, timeout=2.0, host=host):

@@ -13,11 +13,11 @@ import numpy as np
 from ..audit.brute import MAX_WORK, brute_force_leakage
 from ..audit.kstate import PairLeakage, RowsError, redaction_leakage
 from ..audit.start import start_effect
-from ..chain import MarkovChain, ModelError
-from ..channel import ChannelSequence
+from ..model.chain import MarkovChain, ModelError
+from ..privacy.channel import ChannelSequence
 from ..redaction.kplan import DESIGNS, KRedactionPlan, plan_kredaction, plan_kstream
 from ..redaction.plan import relation
-from .common import CliError, json_arg
+from .common import GUARANTEE_NOTE, CliError, json_arg
 
 
 def matrix_chain(matrix: Any, initial: Any) -> MarkovChain:
@@ -119,7 +119,7 @@ def cmd_kplan(args: argparse.Namespace) -> int:
         extra = f", brute force {brute[p]:.9f}" if brute is not None else ""
         print(f"private {p + 1}: exact leakage {lk.total:.9f} nats {relation(lk.total, plan.epsilon)} ε={plan.epsilon:g} "
               f"(left {lk.left:.6g}, right {lk.right:.6g}){extra}")
-    print("Guarantee holds under the stated Markov model; see README 'Guarantees'.")
+    print(GUARANTEE_NOTE)
     return 0
 
 

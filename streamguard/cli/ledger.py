@@ -28,7 +28,7 @@ from ..ledger.events import NAME
 from ..ledger.odometer import odometer
 from ..ledger.recheck import RecheckError, recheck
 from ..ledger.store import Ledger, LedgerError
-from ..private_files import write_private
+from ..support.private_files import write_private
 
 #: The ``format`` of :meth:`Ledger.export`: a JSON file without it is not an export (exit 2), one
 #: with it is checked (exit 1 if it does not re-check).

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..budget import check_budget
-from ..chain import MarkovChain
+from ..privacy.budget import check_budget
+from ..model.chain import MarkovChain
 from ..perturbation.channel_file import (
     ChannelFileError,
     ChannelWriteError,

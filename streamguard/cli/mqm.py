@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..budget import check_budget
-from ..chain import MarkovChain
+from ..privacy.budget import check_budget
+from ..model.chain import MarkovChain
 from ..quilt import MODES, QuiltModel, Scale, sigma_inf, sigma_max, sigma_supq
 from ..quilt import release as aggregate
 from ..quilt.accountant import QuiltAccountant

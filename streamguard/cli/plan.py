@@ -14,14 +14,14 @@ import numpy as np
 from ..audit import brute_force_leakage, exact_leakage
 from ..audit.brute import MAX_WORK
 from ..audit.start import start_effect, start_hold
-from ..budget import check_budget
-from ..chain import MarkovChain
-from ..channel import ChannelSequence
+from ..privacy.budget import check_budget
+from ..model.chain import MarkovChain
+from ..privacy.channel import ChannelSequence
 from ..redaction.baselines import BASELINES, baseline_plan, theorem2_bound
 from ..redaction.design import DESIGNS
 from ..redaction.plan import RedactionPlan, plan_redaction, relation
 from . import robust
-from .common import CliError, json_arg, read_text, stream_plan
+from .common import GUARANTEE_NOTE, CliError, json_arg, read_text, stream_plan
 from .kplan import cmd_kplan, kaudit
 from .setchain_plan import cmd_plan_setchain, load_setchain
 
@@ -117,7 +117,7 @@ def _plan_table(plan: RedactionPlan, brute: dict[int, float] | None) -> str:
             f"private {p + 1}: exact leakage {lk.total:.9f} nats {relation(lk.total, plan.epsilon)} ε={plan.epsilon:g}"
             f" (left {lk.left:.6g}, right {lk.right:.6g}{split_s}){extra}"
         )
-    lines.append("Guarantee holds under the stated Markov model; see README 'Guarantees'.")
+    lines.append(GUARANTEE_NOTE)
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..channel import ChannelSequence
+from ..privacy.channel import ChannelSequence
 from ..model import modelset
 from ..model.krobust import region, robust_kstream_plan, worst_over_rows
 from ..model.robust import chain_windows, robust_redaction_plan, robust_stream_plan, worst_leakage

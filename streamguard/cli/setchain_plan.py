@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..chain import ModelError
+from ..model.chain import ModelError
 from ..model.setchain import SetChain, is_setchain_json
 from ..model import scenarios, tv_plan
 from ..model.scenarios import hour_plans

@@ -56,10 +56,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._json import json_number
+from ..support.json_numbers import json_number
 from ..audit.exact import exact_leakage
-from ..chain import MarkovChain
-from ..channel import ChannelSequence
+from ..model.chain import MarkovChain
+from ..privacy.channel import ChannelSequence
 from ..model.modelset import ModelSet
 from ..model.robust import worst_leakage
 from .messages import Record

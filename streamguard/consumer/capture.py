@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from ..private_files import private_file
+from ..support.private_files import private_file
 from ..stream.transport import Message
 
 #: Longest line read (a batch of records is a few hundred bytes per record).

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..chain import MarkovChain, ModelError
+from ..model.chain import MarkovChain, ModelError
 from ..model.modelset import ModelSet
 
 

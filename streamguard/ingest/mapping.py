@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stream.records import MAX_FRAME_BYTES, Rejection, StateMap, frame_text
+from ..frames.records import MAX_FRAME_BYTES, Rejection, StateMap, frame_text
 from .spec import TimestampSpec
 from .timestamps import finite_number, parse_time
 from .topics import matches

@@ -4,7 +4,7 @@
 Format: JSON lines ``{"value": <label or number>, "ts": <grid time>}``, one per step in order; a
 step whose reading is unknown (stale, offline, unreadable, no reading yet) is
 ``{"value": null, "ts": …}``, so a reader breaks the chain there instead of counting a transition
-across it. The file holds raw readings: it is created 0600 (private_files.py), stays on the
+across it. The file holds raw readings: it is created 0600 (support/private_files.py), stays on the
 device, and stops growing after ``max_steps`` lines (logged once).
 """
 
@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import IO
 
-from ..private_files import private_file
+from ..support.private_files import private_file
 
 log = logging.getLogger(__name__)
 

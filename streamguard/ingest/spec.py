@@ -84,8 +84,8 @@ class ButtonConfig(TopicSpec):
     a message whose value is one of ``press`` marks the stream's current step private. Retained
     messages never mark (they are a previous press, redelivered at start-up). ``timestamp``: where
     the press's own time is in the payload (a press delivered late — queued at the broker while
-    the daemon was away — then marks the step it was pressed at; without it, see README "Privacy
-    buttons across outages")."""
+    the daemon was away — then marks the step it was pressed at; without it, see docs/sensors.md,
+    "Privacy buttons across outages")."""
 
     press: list[str] = Field(min_length=1)
     timestamp: TimestampSpec | None = None

@@ -3,7 +3,7 @@
 :class:`IngestStream` owns one mapped stream's extractor, button, resampler (or, for a source the
 operator states is periodic, none) and steps recorder. A step goes to the stream's runtime as the
 daemon's own frame ``{"value", "ts", "private"}`` — ``ts`` the grid time — or, when its reading is
-unknown, as a :class:`~streamguard.stream.records.Rejection` with the reason, so that it is handled
+unknown, as a :class:`~streamguard.frames.records.Rejection` with the reason, so that it is handled
 exactly like a rejected frame (redacted with probability 1, occupies its step, counted).
 
 - **Resampled** (``sample_period``, not ``periodic``): messages only update the resampler; steps
@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..config import Settings, StreamConfig
-from ..stream.records import Rejection
+from ..frames.records import Rejection
 from .grid import Clock, Sleep, SteadyClock, run_grid
 from .mapping import Extractor, Mapping, Press, Reading, Unreadable, pressed
 from .presets import resolve, resolve_button

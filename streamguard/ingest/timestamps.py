@@ -9,7 +9,7 @@ import datetime as dt
 import math
 from typing import Any
 
-from ..stream.records import MAX_CLOCK_AHEAD, _finite_float
+from ..frames.records import MAX_CLOCK_AHEAD, _finite_float
 
 
 def finite_number(x: Any) -> float | None:

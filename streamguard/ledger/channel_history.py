@@ -8,7 +8,7 @@ other than ``ldp_x`` (8,000 ranges: 7.7 s per admission). The rules (``book.py``
 are kept incrementally instead, each exactly as stated there:
 
 * ``ldp_x``: Σ ε over the channels that released a record, per record — run-lengths of that sum
-  (:class:`~streamguard.runs.Runs`), kept exactly (as fractions: a float sum depends on the order
+  (:class:`~streamguard.privacy.runs.Runs`), kept exactly (as fractions: a float sum depends on the order
   of its terms), and its running maximum, reported rounded up to a float, so that "the sum
   exceeds the budget" is decided exactly; +∞ once a channel claims ε = +∞;
 * every other notion: the max claimed ε, and whether two ranges with that notion share a record
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from ..runs import Runs
+from ..privacy.runs import Runs
 from .aggregate_history import KEEP, stored_span
 from .events import LDP_X, ChannelEvent, widen
 

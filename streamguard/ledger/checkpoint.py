@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..private_files import write_private
+from ..support.private_files import write_private
 from ..quilt.model import QuiltModel
 from .book import StreamBook
 

@@ -43,7 +43,7 @@ import time as _time
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .._json import json_number, number_from_json
+from ..support.json_numbers import json_number, number_from_json
 
 if TYPE_CHECKING:
     from ..quilt.release import AggregateRelease

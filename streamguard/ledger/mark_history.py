@@ -28,7 +28,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._json import json_number
+from ..support.json_numbers import json_number
 from .aggregate_history import stored_span
 from .events import RedactionEvent, widen
 from .mark_table import MarkTable, packed_key

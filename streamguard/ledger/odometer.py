@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._json import json_number
+from ..support.json_numbers import json_number
 from .aggregate_history import ModelHistory
 from .book import StreamBook
 from .composition import Composed, MqmTally, tally_II6, tally_III7

@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .._json import number_from_json
+from ..support.json_numbers import number_from_json
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
 from .book import StreamBook

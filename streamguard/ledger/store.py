@@ -64,12 +64,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from .._json import json_number
-from .._sqlite import immediate
-from ..chain import MarkovChain
+from ..support.json_numbers import json_number
+from ..support.sqlite_tx import immediate
+from ..model.chain import MarkovChain
 from ..quilt.accountant import QuiltAccountant
 from ..quilt.model import QuiltModel
-from ..private_files import private_file
+from ..support.private_files import private_file
 from .book import Guarantee, StreamBook
 from . import checkpoint
 from .checkpoint import Checkpoint, CheckpointError

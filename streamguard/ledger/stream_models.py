@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 
 
 def describe_streams(settings: Any) -> dict[str, dict[str, Any]]:

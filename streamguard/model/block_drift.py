@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..private_files import write_private
+from ..support.private_files import write_private
 from .modelset import ModelSet
 from .scenarios import smoothed
 from .setchain import SetChain

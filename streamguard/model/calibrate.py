@@ -3,8 +3,8 @@
 Input: JSON lines of frames as the daemon reads them (``{"value": …, "ts": …}``; labels or numeric
 bins as the stream defines), or the steps a stream recorded (an unknown step is a frame whose value
 cannot be read, e.g. ``"value": null``). Each line is validated by the daemon's own parser
-(:func:`streamguard.stream.records.parse_frame`) and placed on the chain's time by the daemon's
-own step rule (:class:`streamguard.stream.steps.StepTracker`):
+(:func:`streamguard.frames.records.parse_frame`) and placed on the chain's time by the daemon's
+own step rule (:class:`streamguard.frames.steps.StepTracker`):
 
 - a transition is counted only between two *consecutive steps* with readings: with a sample
   period, steps one period apart (slots skipped between two frames are missing readings: the chain
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..stream.records import RawRecord, StateMap, parse_frame
-from ..stream.steps import StepTracker
+from ..frames.records import RawRecord, StateMap, parse_frame
+from ..frames.steps import StepTracker
 
 #: Stands in for "now" so that no real timestamp is "in the future"; a frame without ``ts`` gets it.
 _NO_CLOCK = 1e300

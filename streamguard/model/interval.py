@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..audit.exact import side_range
-from ..channel import redaction_tables, revealing
+from ..privacy.channel import redaction_tables, revealing
 
 
 def corner_kernels(alpha: tuple[float, float], beta: tuple[float, float]) -> NDArray[np.float64]:

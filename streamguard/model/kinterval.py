@@ -47,7 +47,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from .._jit import kernel
+from ..support.jit import kernel
 
 #: Outward widening of every propagated box (relative), covering floating-point rounding.
 WIDEN = 1e-13

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..audit.kstate import combine
-from ..chain import MarkovChain, ModelError
+from .chain import MarkovChain, ModelError
 from ..redaction.kplan import KStreamPlan, _stream_models, plan_kstream
 from ..redaction.plan import check_epsilon
 from .box_window import ONE, WindowCase

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..chain import MarkovChain, ModelError
-from ..private_files import private_file
+from .chain import MarkovChain, ModelError
+from ..support.private_files import private_file
 from .calibrate import TransitionData
 from .confidence import entry_bounds, in_row_set, row_threshold
 

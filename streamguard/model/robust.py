@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from ..chain import MarkovChain, ModelError
+from .chain import MarkovChain, ModelError
 from ..redaction.plan import RedactionPlan, StreamPlan, check_epsilon, plan_redaction, plan_stream
 from .interval import box_leakage_bound, corner_kernels
 from .modelset import ModelSet

@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..chain import MarkovChain
+from .chain import MarkovChain
 from ..redaction.plan import check_epsilon
 from ..redaction.plan_cache import _CODE, PlanCache, _plan_doc, _plan_from, cached_plan_stream
 from .modelset import ModelSet

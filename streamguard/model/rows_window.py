@@ -64,7 +64,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from .._jit import kernel
+from ..support.jit import kernel
 from ..audit.exact import Leakage
 from .box_window import ONE, Kind, LeftCase, RightCase, WindowCase
 from .kinterval import (_lp, law_ratio_bounds, left_bounds_steps, right_bounds, right_bounds_steps, stationary_vertices,

@@ -51,7 +51,7 @@ from numpy.typing import NDArray
 
 from ..audit.kstate import _right_kernel
 from ..audit.start import _all_redacted, _release_kernel
-from ..chain import ModelError
+from .chain import ModelError
 
 if TYPE_CHECKING:
     from .modelset import ModelSet
@@ -130,7 +130,7 @@ class Scenarios:
     def model_set(self, labels: tuple[str, ...] | None = None) -> "ModelSet":
         """The constant-kernel scenarios as a ``finite`` model set (point: the pooled chain): the
         daemon plans and accounts every mark over it (worst member exact, docs/model-sets.md)."""
-        from ..chain import MarkovChain
+        from .chain import MarkovChain
         from .modelset import ModelSet
 
         kerns = [MarkovChain(kern) for _, kern in self.constant_kernels()]

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..chain import ModelError
+from .chain import ModelError
 from .confidence import entry_bounds, row_threshold
 from .scenarios import Scenarios
 from .setchain import Block, SetChain

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..chain import ModelError
+from .chain import ModelError
 from .scenarios import Scenarios
 
 KIND = "setchain"

@@ -1,7 +1,7 @@
 """E_i for a Markov-chain prior over a record of n rows: a sequential sampler (notes/001 §7.5).
 
 The record X = (X_1, …, X_n) has the prior p_X(x) = π₀(x_1)·∏_{i≥2} P(x_i | x_{i−1}) of a
-:class:`~streamguard.chain.MarkovChain` (its ``initial`` law and ``matrix``). E_i releases Y with
+:class:`~streamguard.model.chain.MarkovChain` (its ``initial`` law and ``matrix``). E_i releases Y with
 W(y|x) = q(y)·K_ε(x,y)/p_X(x), q = K_ε⁻¹ p_X (paper eq. (26)); its posterior is the RR kernel,
 so it is ε-identifiable with expected Hamming distortion h(ε) = n·δ, the least possible (Thm 1a),
 and it minimises I(X;Y) (Thm 2). It does not factorise over rows, but with k = k_ε and
@@ -46,8 +46,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import dyadic
-from .._jit import kernel
-from ..chain import MarkovChain
+from ..support.jit import kernel
+from ..model.chain import MarkovChain
 from ..sampling import BitSource, CsprngSource
 from .identifiability import alpha_of, eps_x, output_law
 from .model import DesignError, require_level

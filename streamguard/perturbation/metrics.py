@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._json import json_number
+from ..support.json_numbers import json_number
 from .model import Joint, ModelInputError, PerturbationChannel
 
 #: The keys of :func:`channel_metrics`, in report order.

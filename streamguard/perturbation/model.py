@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..budget import MAX_EPSILON
+from ..privacy.budget import MAX_EPSILON
 
 #: Tolerance for "sums to one" on a joint or a channel row given in floating point.
 SUM_TOL = 1e-9

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._jit import kernel
+from ..support.jit import kernel
 from ..sampling import BitSource, CsprngSource
 from .model import PerturbationChannel
 

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from .._json import json_number
+from ..support.json_numbers import json_number
 from ..audit.brute import MAX_WORK, brute_force_leakage
 from ..audit.exact import exact_leakage
-from ..chain import MarkovChain, ModelError
-from ..channel import ChannelSequence
+from ..model.chain import MarkovChain, ModelError
+from ..privacy.channel import ChannelSequence
 from .model import ModelInputError, PerturbationChannel
 
 #: Settled when one doubling changes the leakage by at most this (relative to max(1, value)).

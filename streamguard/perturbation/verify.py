@@ -59,7 +59,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .._json import json_number
+from ..support.json_numbers import json_number
 from .metrics import released_as_itself, require_compatible, row_index
 from .model import MAX_LEVEL, Claim, DesignError, Joint, PerturbationChannel
 from .sampler import SCALE_BITS, exact_integers, quantise

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamguard._jit import kernel
+from streamguard.support.jit import kernel
 
 from .influence import e_value
 

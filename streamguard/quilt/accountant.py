@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from streamguard._jit import kernel
-from streamguard.chain import ModelError
-from streamguard.runs import Runs
+from streamguard.support.jit import kernel
+from streamguard.model.chain import ModelError
+from streamguard.privacy.runs import Runs
 
 from ._search import bb_load
 from .influence import e_value

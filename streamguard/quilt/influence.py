@@ -50,8 +50,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from streamguard._jit import kernel
-from streamguard.chain import MarkovChain, ModelError, stationary_distribution
+from streamguard.support.jit import kernel
+from streamguard.model.chain import MarkovChain, ModelError, stationary_distribution
 
 MODES: tuple[str, ...] = ("q", "stat", "supq", "approx", "approx-rev")
 #: Modes whose max-influence does not depend on the node i.

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from streamguard.chain import MarkovChain, ModelError, as_chain
+from streamguard.model.chain import MarkovChain, ModelError, as_chain
 
 from .influence import MODES, TRANSLATION_INVARIANT_MODES, ChainTables
 
@@ -28,7 +28,7 @@ class QuiltModel:
     Parameters
     ----------
     chains:
-        One or more :class:`~streamguard.chain.MarkovChain` (or transition matrices), all with the
+        One or more :class:`~streamguard.model.chain.MarkovChain` (or transition matrices), all with the
         same number of states k.
     mode:
         ``q``: E-q, each chain with a fixed initial law (``initial`` or the chain's own);

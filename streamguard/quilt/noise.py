@@ -58,7 +58,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .._jit import kernel
+from ..support.jit import kernel
 from ..sampling import BitSource
 
 #: Realised scales carry at least this many bits of numerator (relative rounding ≤ 2^−40).

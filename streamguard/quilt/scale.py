@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamguard.chain import ModelError
+from streamguard.model.chain import ModelError
 
 from ._search import bb_load, bb_score, diagonal_score, one_sided_all, one_sided_best
 from .influence import ChainTables, e_table_reference, e_value, side_maxima

@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 from ..influence import delta_star, max_influence_binary
 from .plan import RedactionPlan, _check_private, check_epsilon, finalize
 from .regions import L, S

@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from .._jit import kernel
+from ..support.jit import kernel
 
 
 @kernel

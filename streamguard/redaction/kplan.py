@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..audit.kstate import PairLeakage, combine, redaction_leakage
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 from .kside import KSideModel, KSidePlan, design_kside, expected_redacted, window_side
 from .plan import SignedTable, StreamPlan, check_epsilon, enforce_budget, plan_stream, require_within
 

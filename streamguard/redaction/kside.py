@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from ..audit.kstate import right_pairs
 from ..audit.start import left_pairs
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 
 #: Largest stream horizon searched for a window that meets a side budget.
 MAX_HORIZON = 4096

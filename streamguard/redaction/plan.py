@@ -30,9 +30,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..audit.exact import Leakage, exact_leakage
-from ..budget import check_budget
-from ..chain import MarkovChain
-from ..channel import ChannelSequence
+from ..privacy.budget import check_budget
+from ..model.chain import MarkovChain
+from ..privacy.channel import ChannelSequence
 from ..sampling import BitSource, apply_redaction, compact_index, thresholds
 from .regions import L, NAMES, S
 from .side import EXACT_SHORTLIST, SideModel, SidePlan, best_side, plan_side
@@ -45,7 +45,7 @@ ROUNDOFF = 1e-12
 
 
 def check_epsilon(epsilon: float) -> float:
-    """The budget of a plan: 0 < ε ≤ 1000 nats, as everywhere (:mod:`streamguard.budget`)."""
+    """The budget of a plan: 0 < ε ≤ 1000 nats, as everywhere (:mod:`streamguard.privacy.budget`)."""
     return check_budget(epsilon)
 
 

@@ -8,7 +8,7 @@ regions are recomputed from the model (cheap), the stored rows must have the reg
 imply, and the exact leakage of each side and of the whole table is recomputed
 (notes/000 §9.2) and must meet its budget: a damaged or tampered cache can cost time, never privacy.
 
-The file is JSON, created 0600 (:mod:`streamguard.private_files`), replaced atomically, and holds at
+The file is JSON, created 0600 (:mod:`streamguard.support.private_files`), replaced atomically, and holds at
 most :data:`MAX_ENTRIES` plans (the oldest go first). A cache that cannot be read or written is
 ignored with a warning: planning goes on without it.
 """
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..chain import MarkovChain
-from ..private_files import private_file
+from ..model.chain import MarkovChain
+from ..support.private_files import private_file
 from .plan import StreamPlan, check_epsilon, plan_stream
 from .regions import M, side_redaction
 from .side import SidePlan, SideModel, _classified
@@ -40,7 +40,7 @@ MAX_ENTRIES = 64
 SLOW_SECONDS = 1.0
 _FORMAT = 1
 _PLANNING_SOURCES = ("plan.py", "side.py", "design.py", "exact_search.py", "regions.py",
-                     "../audit/exact.py", "../influence.py", "../chain.py", "../channel.py")
+                     "../audit/exact.py", "../influence.py", "../model/chain.py", "../privacy/channel.py")
 
 
 def _code_fingerprint() -> str:

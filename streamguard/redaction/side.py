@@ -17,8 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..audit.exact import left_kernels, side_range
-from ..chain import MarkovChain
-from ..channel import redaction_tables, revealing
+from ..model.chain import MarkovChain
+from ..privacy.channel import redaction_tables, revealing
 from ..influence import pointwise_left, pointwise_right
 from .design import design_side
 from .regions import NAMES, S, classify

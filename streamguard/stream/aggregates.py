@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 from ..config import AggregateConfig, StreamConfig
 from ..quilt import QuiltModel
 from ..quilt.release import AggregateRelease, count, histogram, mean, quantise_values

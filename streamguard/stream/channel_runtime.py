@@ -34,9 +34,9 @@ from ..config import ChannelConfig, Settings, StreamConfig
 from ..ledger.events import ChannelClaim, ChannelEvent
 from ..perturbation import Joint, PerturbationChannel
 from ..sampling import BitSource
-from .records import Element, RawRecord, Rejection, SensitiveField
+from ..frames.records import Element, RawRecord, Rejection, SensitiveField
 from .runtime import FRESH, Resume, StreamRuntime
-from .steps import MEMORY, StepTracker
+from ..frames.steps import MEMORY, StepTracker
 
 log = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ from . import privacy_mode
 from .hass import Discovery
 from .outbox import AsyncOutbox, ExclusiveLock, Full, InUse, Item, Outbox, Row
 from .privatizer import Mark
-from .records import MAX_BATCH_BYTES, MAX_FRAME_BYTES, Rejection
+from ..frames.records import MAX_BATCH_BYTES, MAX_FRAME_BYTES, Rejection
 from .publisher import Publisher
 from .redaction_runtime import RedactionRuntime
 from .runtime import Resume, StreamRuntime

@@ -24,7 +24,7 @@ Two kinds of counters:
   wider audience: keep them out unless that audience may know.
 
 The file is 0600 either way, created so before a byte is written
-(:func:`~streamguard.private_files.write_private`): the monitoring agent reads it as the
+(:func:`~streamguard.support.private_files.write_private`): the monitoring agent reads it as the
 daemon's user. (Residual: with ``outbox.commit_delay_ms`` > 0 a
 store group holding a mark commits at once, so a scrape within that delay of a mark may see the
 group's records published up to that much earlier — well under a scrape interval, and no more
@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..private_files import write_private
+from ..support.private_files import write_private
 
 if TYPE_CHECKING:
     from .daemon import Daemon

@@ -57,9 +57,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, Self, TypeVar
 
-from .._sqlite import immediate
+from ..support.sqlite_tx import immediate
 from ..config import OutboxConfig
-from ..private_files import private_file
+from ..support.private_files import private_file
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..private_files import write_private
+from ..support.private_files import write_private
 
 log = logging.getLogger(__name__)
 

@@ -59,11 +59,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from .._json import json_number
+from ..support.json_numbers import json_number
 from ..audit.exact import Leakage
 from ..audit.kstate import combine, right_pairs
 from ..audit.start import exceeds_left_budget, laws_at_distance, left_pairs, start_hold
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 from ..model.box_window import EXPLICIT_GAPS, MAX_BOXES, LeftCase, RightCase, WindowCase, certify, gap_kind
 from ..model.krobust import CertifiedTable, RowBox
 from ..model.rows_window import MAX_SETS, certify_rows, left_worst

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..chain import MarkovChain
+from ..model.chain import MarkovChain
 from ..config import ConfigError, Settings, StreamConfig
 from ..redaction.kplan import KStreamPlan, stream_plan_for
 from ..redaction.plan import OverBudget, StreamPlan, within
@@ -29,8 +29,8 @@ from ..model.scenarios import Scenarios
 from ..quilt.release import AggregateRelease
 from . import privacy_mode
 from .privatizer import Mark, Release, StreamPrivatizer
-from .records import Element, Rejection
-from .steps import Step, StepTracker
+from ..frames.records import Element, Rejection
+from ..frames.steps import Step, StepTracker
 
 from .runtime import FRESH, Resume, StreamRuntime, _is_power_of_ten
 
@@ -52,7 +52,7 @@ DECIDE_EVERY = 64
 #: noted for the step rule: steps.py), and the steps counted are taken in bulk at the stream's next
 #: tick or frame (privatizer.skip_run: O(memory) however many; the aggregate windows observe them
 #: as one run: aggregates.observe_run). A burst then costs per frame its parse and a counter
-#: (issue 28; README "Hostile input").
+#: (issue 28; docs/operations.md, "Hostile input").
 HOSTILE_PER_SECOND = 200.0
 #: Finished marks listed in the privacy status (``recent_marks``): the latest ones, oldest first.
 RECENT_MARKS = 50

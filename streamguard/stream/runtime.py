@@ -26,8 +26,8 @@ from .privatizer import Mark
 from ..ledger.events import DriftEvent, Event
 from ..quilt.release import AggregateRelease
 from .aggregates import StreamAggregates
-from .records import Element, RawRecord, Rejection, SensitiveField, parse_element, parse_frame, split_batch
-from .steps import Step, StepTracker
+from ..frames.records import Element, RawRecord, Rejection, SensitiveField, parse_element, parse_frame, split_batch
+from ..frames.steps import Step, StepTracker
 
 COMMAND_REASONS = ("not-json", "not-object", "bad-private", "unknown-seq")
 

@@ -1,4 +1,4 @@
-"""Whether the daemon can vouch that a privacy button was not pressed (issue 24 item 3; README
+"""Whether the daemon can vouch that a privacy button was not pressed (issue 24 item 3; docs/sensors.md,
 "Privacy buttons across outages").
 
 A mapped stream's privacy button (``[streams.ingest.button]``) is read on the daemon's buttons
@@ -46,7 +46,7 @@ every unheard step, and the next step like any press. A timed press marks the st
 step already decided follows the late-mark rules (DESIGN.md "Late marks": not honoured, and said so,
 when its neighbours are already published); one older than the memory is reported lost.
 
-Not covered (README): a press the button's own client drops while the broker is unreachable
+Not covered (docs/sensors.md): a press the button's own client drops while the broker is unreachable
 (zigbee2mqtt's client queues it and sends it on reconnecting); a QoS 0 press published over a
 connection that is already dead but not yet seen to be (a silent network loss, found by the
 keepalive) — a QoS 1 press is resent to the session; a broker that crashes (no clean shutdown)
@@ -63,7 +63,7 @@ from typing import Any
 
 from ..ingest.mapping import Press
 from .privatizer import Mark, StreamPrivatizer
-from .steps import StepTracker
+from ..frames.steps import StepTracker
 
 #: Why an unheard step was decided as private (the mark's reason).
 SESSION_LOST = ("unvouched: the broker did not keep the daemon's session, so a privacy-button press in this time "
@@ -181,4 +181,4 @@ class ButtonHearing:
         """For the privacy status: whether the button is heard, the steps held for it, and the
         steps decided as private because they could not be vouched for."""
         return {"heard": self.heard, "held_steps": len(self.unheard), "unvouched_steps": self.unvouched,
-                "not_heard_since": self.since, "rule": "README: Privacy buttons across outages"}
+                "not_heard_since": self.since, "rule": "docs/sensors.md: Privacy buttons across outages"}

@@ -6,8 +6,8 @@ Precedence (highest first): keyword arguments, environment variables ``STREAMGUA
 ignored). Unknown keys are errors. All validation errors are reported at once, one line each
 naming the key, streams by name, with a "did you mean" for a mistyped key and the environment
 variable when it set the value, e.g. ``streams[kitchen].epsilon: Input should be greater than 0``
-(:mod:`.config_errors`). Relative paths resolve against the config file's directory
-(:mod:`.config_paths`).
+(:mod:`.errors`). Relative paths resolve against the config file's directory
+(:mod:`.paths`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from .budget import Epsilon
-from .chain import MAX_STATES, MarkovChain, ModelError
-from .config_errors import ConfigError, format_errors, unknown_env
-from .config_paths import relative_to, resolve_paths
-from .ingest.spec import IngestConfig, RecordConfig
-from .ingest.topics import filters_overlap
-from .loopback import is_loopback
-from .model.modelset import ModelSet
-from .stream.records import SensitiveField, StateMap
+from ..privacy.budget import Epsilon
+from ..model.chain import MAX_STATES, MarkovChain, ModelError
+from .errors import ConfigError, format_errors, unknown_env
+from .paths import relative_to, resolve_paths
+from ..ingest.spec import IngestConfig, RecordConfig
+from ..ingest.topics import filters_overlap
+from ..support.loopback import is_loopback
+from ..model.modelset import ModelSet
+from ..frames.records import SensitiveField, StateMap
 
 
 class _Strict(BaseModel):
@@ -132,8 +132,8 @@ class ModelConfig(_Strict):
 
     def model_set(self, states: StateMap, sample_period: float | None) -> ModelSet | None:
         """The model set of a ``file`` or a ``calibration`` (None for a single chain)."""
-        from .model import modelset
-        from .model.calibrate import read_transitions
+        from ..model import modelset
+        from ..model.calibrate import read_transitions
 
         if self.file is not None:
             ms = modelset.load(self.file)
@@ -492,7 +492,7 @@ class StreamConfig(_Strict):
                 if getattr(self, key):
                     raise ValueError(f"{key} goes with [streams.ingest] (a mapped sensor)")
             return
-        from .ingest.presets import PresetError, resolve, resolve_button
+        from ..ingest.presets import PresetError, resolve, resolve_button
 
         if self.source != "mqtt" or self.raw_topic is not None:
             raise ValueError('ingest: a mapped sensor is read from the broker (source = "mqtt", no raw_topic)')
@@ -651,7 +651,7 @@ class Settings(BaseSettings):
         """No stream reads raw input from a topic that carries sanitized output
         (:func:`sanitized_topic_filters`): a consumer or the bridge would take raw readings off the
         device. Checks ``raw_topic`` and the topic filters of a mapped sensor (and its button)."""
-        from .ingest.inputs import stream_inputs
+        from ..ingest.inputs import stream_inputs
 
         outputs = sanitized_topic_filters(self.topic_base)
         for x in stream_inputs(self.streams, self.topic):
@@ -664,7 +664,7 @@ class Settings(BaseSettings):
     def _one_stream_per_input(self) -> Settings:
         """No message is read by two streams (ingest/inputs.py): the same readings released twice
         with independent draws leak more than either release, and a mark reaches one of them."""
-        from .ingest.inputs import describe, shared_input, stream_inputs
+        from ..ingest.inputs import describe, shared_input, stream_inputs
 
         shared = shared_input(stream_inputs(self.streams, self.topic))
         if shared is not None:

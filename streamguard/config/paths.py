@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .config_errors import ConfigError
+from .errors import ConfigError
 
 _BASE: ContextVar[Path | None] = ContextVar("streamguard_config_dir", default=None)
 
@@ -71,7 +71,7 @@ def resolve_paths(model: type[BaseModel], data: Any) -> Any:
 
 
 def _state_files(settings: Any) -> list[tuple[str, Path]]:
-    from .redaction.plan_cache import beside
+    from ..redaction.plan_cache import beside
 
     return [("outbox.path", Path(settings.outbox.path)), ("ledger.path", Path(settings.ledger_path())),
             ("outbox.path (plan cache)", beside(settings.outbox.path))]
