@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 from brokers import Broker
-from daemon_harness import daemon_running, publish_all, until
+from daemon_harness import daemon_running, publish_all, subscribed, until
 
 from streamguard.config import Settings
 from streamguard.ledger.store import Ledger
-from streamguard.stream.daemon import KEEP_DECISIONS
+from streamguard.stream.store import KEEP_DECISIONS
 from streamguard.stream.outbox import Outbox
 from streamguard.stream.redaction_runtime import HOSTILE_PER_SECOND, RedactionRuntime
 
@@ -68,7 +68,7 @@ async def _burst(mosquitto: Broker, tmp_path: Path, n: int, via: str = "source",
     async with daemon_running(settings, extra_sources=[] if via == "mqtt" else [frames]) as (daemon, _, task):
         await until(lambda: "s" in daemon.runtimes, 60, "the start")
         if via == "mqtt":
-            await until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
+            await until(lambda: subscribed(daemon), 20, "the input subscription")
         for r, round_ in enumerate(("warm", "measured")):
             assert daemon._ledger is not None
             events0 = daemon._ledger.head[0]
@@ -80,12 +80,11 @@ async def _burst(mosquitto: Broker, tmp_path: Path, n: int, via: str = "source",
             else:
                 for i in range(n):
                     queue.put_nowait(frame(r * n + i))
-            await until(lambda: daemon.stats.frames - frames0 == n and not daemon._queue, 60 + n / 200,
+            await until(lambda: daemon.stats.frames - frames0 == n and not daemon.store.queue, 60 + n / 200,
                         f"the {round_} burst")
-            await daemon._flush_stores()
+            await daemon.store.flush()
             out[f"{round_}_seconds"] = time.monotonic() - began
-            assert daemon._box is not None  # the database itself, not the WAL's high-water mark
-            await daemon._box.run(Outbox.checkpoint)
+            await daemon.store.box.run(Outbox.checkpoint)  # the database itself, not the WAL's high-water mark
             out[f"{round_}_rss_kb"] = _rss_kb() - rss0
             out[f"{round_}_events"] = daemon._ledger.head[0] - events0
             out[f"{round_}_outbox_bytes"] = _file_bytes(outbox)
