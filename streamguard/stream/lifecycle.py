@@ -56,7 +56,8 @@ class Lifecycle:
         self.systemd = systemd
 
     async def ticker(self) -> None:
-        """Decides records held past ``max_hold`` and ends a button's hold while it is not heard."""
+        """Every TICK_INTERVAL: decide the records held past ``max_hold`` and end the hold of a button
+        that ran out while it is not heard (its unheard steps decided private: stream/vouch.py)."""
         while True:
             await asyncio.sleep(TICK_INTERVAL)
             now = time.time()

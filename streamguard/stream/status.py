@@ -43,6 +43,9 @@ ODOMETER_LIMIT = 20
 
 @dataclass
 class DaemonStats:
+    """The daemon's counters since it started (``started``): the privacy statuses' activity and
+    delivery figures and the device counters read them."""
+
     started: float = field(default_factory=time.time)
     frames: int = 0
     commands: int = 0
