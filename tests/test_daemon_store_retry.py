@@ -6,7 +6,7 @@ raises Full, so a retry must not record the same releases a second time.
 In-process, no broker: a channel stream (rr, ε = 1) with one histogram query (window 5) on a
 stop-input outbox that is already full; six frames close window [0, 4] and reserve positions
 [0, 4095] for the channel. The first ``persist`` meets a full outbox, the publisher then acks
-what was there, and the retry stores the group — as ``_writer`` does.
+what was there, and the retry stores the group — as ``Store.writer`` does.
 """
 
 from __future__ import annotations
