@@ -152,6 +152,16 @@ def stop_daemon(p: subprocess.Popen[bytes]) -> int:
         return p.wait(10)
 
 
+def subscribed(daemon: Daemon) -> bool:
+    """The running daemon's input subscriptions are confirmed (False before its parts exist)."""
+    return hasattr(daemon, "sessions") and daemon.sessions.inputs_ready.is_set()
+
+
+def claimed(daemon: Daemon) -> bool:
+    """The running daemon has published ``online`` (False before its parts exist)."""
+    return hasattr(daemon, "sessions") and daemon.sessions.claimed
+
+
 async def until(done: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll ``done`` every 20 ms; fail naming ``what`` after ``timeout`` seconds."""
     try:
@@ -391,14 +401,14 @@ def binomial_tail(k: int, n: int, p: float) -> float:
 
 @asynccontextmanager
 async def restored(settings: Settings) -> AsyncIterator[tuple[Daemon, AsyncOutbox]]:
-    """A daemon restored from its outbox and ledger, without a broker (its start-up only), and
-    its open outbox; the ledger is closed on exit."""
+    """A daemon restored from its outbox and ledger, its parts created (:meth:`Daemon._assemble`),
+    without a broker (its start-up only), and its open outbox; the ledger is closed on exit."""
     d = Daemon(settings)
     async with await AsyncOutbox.open(Outbox.from_config, settings.outbox) as box:
-        d._box = box
         d._ledger = ledger = await box.run(lambda _b: Ledger.open(settings.ledger_path()))
         try:
             await d._restore(box)
+            d._assemble(box)
             yield d, box
         finally:
             await box.run(lambda _b: ledger.close())

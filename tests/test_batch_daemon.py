@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from brokers import Broker
-from daemon_harness import Spy, daemon_running, first_occurrences, publish_all, running, until
+from daemon_harness import Spy, daemon_running, first_occurrences, publish_all, running, subscribed, until
 
 from streamguard.config import BrokerConfig, Settings
 
@@ -46,7 +46,7 @@ async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mo
     async with running(spy.run()):
         await until(spy.subscribed.is_set, 10, "the spy")
         async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-            await until(daemon._inputs_ready.is_set, 60, "the input subscription")  # (20 s missed once at load 14)
+            await until(lambda: subscribed(daemon), 60, "the input subscription")  # (20 s missed once at load 14)
             c = daemon.runtimes["s"].counters
             await publish_all(cfg, [(RAW, m) for m in first])
             await until(lambda: c.accepted == 600, 20, "the first lists")
@@ -58,7 +58,7 @@ async def test_lists_of_frames_through_the_daemon_once_in_order_never_redrawn(mo
         assert task.done() and task.exception() is None
         before = list(spy.records(DATA))
         async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):  # a restart
-            await until(daemon._inputs_ready.is_set, 60, "the input subscription")  # (20 s missed once at load 14)
+            await until(lambda: subscribed(daemon), 60, "the input subscription")  # (20 s missed once at load 14)
             c = daemon.runtimes["s"].counters
             await publish_all(cfg, [(RAW, m) for m in [first[-1], *second]])  # the last list again, then new
             await until(lambda: c.duplicates + c.accepted + sum(c.rejected.values()) == 500, 20, "the second lists")
@@ -93,9 +93,9 @@ async def test_a_command_keeps_its_place_among_frames_taken_together(mosquitto: 
     """Frames that queue up while the daemon is busy are taken together (transport
     message_groups), but a command between them still applies where it arrived: a ``"now"`` sent
     after frame 149 marks position 149 — not a later frame of the same group."""
-    from streamguard.stream import daemon as daemon_mod
+    from streamguard.stream import intake as intake_mod
 
-    slow = daemon_mod.Daemon.handle_frame
+    slow = intake_mod.Intake.handle_frame
     sizes: list[int] = []
 
     async def handle_slowly(self, stream, data, now=None):  # type: ignore[no-untyped-def]
@@ -103,13 +103,13 @@ async def test_a_command_keeps_its_place_among_frames_taken_together(mosquitto: 
         await asyncio.sleep(0.01)  # intake slower than the producer: messages queue up
         await slow(self, stream, data, now)
 
-    monkeypatch.setattr(daemon_mod.Daemon, "handle_frame", handle_slowly)
+    monkeypatch.setattr(intake_mod.Intake, "handle_frame", handle_slowly)
     cfg = mosquitto.broker_config()
     t0 = time.time() - 5000
     frames = [json.dumps({"value": "off", "ts": t0 + i}).encode() for i in range(300)]
     items = [(RAW, f) for f in frames[:150]] + [(CMD, b'{"private": "now"}')] + [(RAW, f) for f in frames[150:]]
     async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-        await until(daemon._inputs_ready.is_set, 60, "the input subscription")  # (20 s missed once at load 14)
+        await until(lambda: subscribed(daemon), 60, "the input subscription")  # (20 s missed once at load 14)
         await publish_all(cfg, items)
         c = daemon.runtimes["s"].counters
         await until(lambda: c.accepted == 300, 30, "every frame")

@@ -129,7 +129,7 @@ def _plain_runtime(tmp_path: Path) -> RedactionRuntime:
 @pytest.mark.parametrize("together", ["group", "list"])
 def test_frames_without_ts_taken_together_are_one_step_each(tmp_path: Path, together: str) -> None:
     """A frame without ``ts`` is stamped with the daemon's clock. One at a time, three such frames
-    are three steps. Taken together — raw messages the transport groups (Daemon._input →
+    are three steps. Taken together — raw messages the transport groups (Daemon.input →
     handle_frame(name, frames) → on_messages(messages, now)) or the elements of a JSON list — they
     all get the *same* ``now``, so the second and third are counted as duplicates of the first and
     their readings are dropped (the private flag of the third lands on the first's step). Not a

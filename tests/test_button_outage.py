@@ -42,6 +42,7 @@ from streamguard.config import Settings
 from streamguard.ledger.events import RedactionEvent
 from streamguard.ledger.store import Ledger
 from streamguard.stream import daemon as daemon_module
+from streamguard.stream import sessions as sessions_module
 from streamguard.stream.transport import Backoff
 from streamguard.stream.vouch import LATE_PRESS, SESSION_LOST
 
@@ -188,7 +189,9 @@ async def test_a_press_during_a_broker_outage_protects_its_step(device_broker: B
     broker = device_broker
     persistent = "persistent" in request.node.callspec.id
     GatedBackoff.gate = None
-    monkeypatch.setattr(daemon_module, "PROMPT", GatedBackoff())
+    backoff = GatedBackoff()  # (the sessions' and the identity check's)
+    monkeypatch.setattr(daemon_module, "PROMPT", backoff)
+    monkeypatch.setattr(sessions_module, "PROMPT", backoff)
     settings = _settings(broker, tmp_path)
     data = "sg/btn/hall/data"
     spy = Spy(broker.broker_config(), data, persistent=True)
@@ -212,11 +215,11 @@ async def test_a_press_during_a_broker_outage_protects_its_step(device_broker: B
             await asyncio.sleep(0.6)
             await loop.run_in_executor(None, broker.start)
             await asyncio.sleep(0.3)
-            assert daemon._buttons is not None
-            connections = daemon._buttons.connections
+            assert daemon.sessions.buttons is not None
+            connections = daemon.sessions.buttons.connections
             await _publish(broker, BUTTON, b'{"action":"single","linkquality":87}', qos=0, retain=False,
                            identifier="z2m-button")
-            assert daemon._buttons.connections == connections, "the daemon re-subscribed before the press"
+            assert daemon.sessions.buttons.connections == connections, "the daemon re-subscribed before the press"
             after = math.ceil(pressed_at / PERIOD) * PERIOD + AFTER * PERIOD
             await until(lambda: time.time() > after + PERIOD, AFTER * PERIOD + 10, f"{AFTER} steps after the press")
         assert task.done() and task.exception() is None

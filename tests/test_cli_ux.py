@@ -14,6 +14,7 @@ import pytest
 from streamguard.cli import main
 from streamguard.config import load_settings
 from streamguard.stream.daemon import Daemon
+from streamguard.stream.lifecycle import until_done
 from streamguard.stream.outbox import Item, Outbox
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streamguard.toml"
@@ -67,7 +68,7 @@ async def _wait_with(daemon: Daemon, stop_after: float | None) -> float:
     started = loop.time()
     try:
         async with asyncio.timeout(5):
-            await daemon._until_done(stopping, essential, sources)
+            await until_done(daemon.settings, stopping, essential, sources)
     finally:
         for t in (stopping, *essential):
             t.cancel()

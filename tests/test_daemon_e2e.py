@@ -516,7 +516,7 @@ async def test_broker_restarts_lose_nothing(mosquitto_persistent: Broker, tmp_pa
         await asyncio.wait_for(spy.subscribed.wait(), 10)
         async with daemon_running(settings, extra_sources=[source]) as (daemon, _, task):
             await spy.wait_until(lambda: "online" in spy.states(STATUS), 15, "online")
-            publisher = daemon._publisher
+            publisher = daemon.publisher
             assert publisher is not None
             gates[0].set()
             for i in range(1, len(chunks)):
@@ -530,7 +530,7 @@ async def test_broker_restarts_lose_nothing(mosquitto_persistent: Broker, tmp_pa
                 await asyncio.to_thread(broker.stop)
                 gates[i].set()
                 await wait_counted(daemon, {"occ": sum(len(c) for c in chunks[: i + 1])}, timeout=10)
-                assert await daemon._box.run(len) > 0  # type: ignore[union-attr]  # buffered on disk
+                assert await daemon.store.box.run(len) > 0  # buffered on disk
                 await asyncio.to_thread(broker.start)
         assert task.done() and task.exception() is None
         assert publisher.stats.reconnects >= 3 and publisher.stats.resends >= 1

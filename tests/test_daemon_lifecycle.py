@@ -30,12 +30,15 @@ from typing import Any
 
 import pytest
 from brokers import Broker
-from daemon_harness import Spy, daemon_toml, first_occurrences, running
+from daemon_harness import Spy, daemon_toml, first_occurrences, restored, running
 
-import streamguard.stream.daemon as daemon_mod
+import streamguard.stream.store as store_mod
 from streamguard.config import Settings
+from streamguard.ingest.stream import IngestHub
 from streamguard.stream.daemon import Daemon
 from streamguard.stream.outbox import ExclusiveLock, InUse, Outbox
+from streamguard.stream.publisher import PublisherStats
+from streamguard.stream.status import DaemonStats, Refresh, Status
 from streamguard.stream.transport import Message
 
 BASE = "sgl"
@@ -95,10 +98,13 @@ def test_status_loop_ends_when_cancelled_as_its_event_is_set(tmp_path: Path) -> 
 
     async def scenario() -> None:
         for _ in range(20):
-            d = Daemon(settings)
-            task = asyncio.create_task(d._status_loop(_NullTransport()))  # type: ignore[arg-type]
+            # (no stream: the loop never reaches the outbox or the ledger)
+            status = Status(settings, {}, DaemonStats(), box=None, ledger=None,  # type: ignore[arg-type]
+                            stored_counts={}, delivery=PublisherStats(), inputs=None, ingest=IngestHub(settings),
+                            hearings={}, instance="0" * 16, refresh=Refresh())
+            task = asyncio.create_task(status.loop(_NullTransport()))  # type: ignore[arg-type]
             await asyncio.sleep(0.01)  # the loop waits for the event
-            d._status_dirty.set()
+            status.refresh.dirty.set()
             task.cancel()
             done, _ = await asyncio.wait([task], timeout=3.0)
             assert done, "the status loop outlived its cancellation"
@@ -253,17 +259,21 @@ def test_a_live_status_of_another_instance_is_a_takeover(tmp_path: Path) -> None
     settings = Settings(device=DEVICE, streams=[{"name": STREAM, "labels": list(LABELS), "source": "stdin",
                                                  "model": {"alpha": 0.1, "beta": 0.2}, "epsilon": 1.0}],
                         outbox={"path": tmp_path / "o.sqlite"})
-    d = Daemon(settings)
-    d._control = d._transport("", will=True)
-    other = json.dumps({"device": DEVICE, "state": "online", "instance": "f" * 16}).encode()
-    d._check_status(Message(STATUS, other, retain=True))  # a previous run's, before our first claim
-    d._check_status(Message(STATUS, json.dumps({"device": DEVICE, "state": "online",
-                                                "instance": d.instance}).encode()))  # our own echo
-    with pytest.raises(InUse):
-        d._check_status(Message(STATUS, other))  # live: published after we subscribed
-    d._claimed = True
-    with pytest.raises(InUse):
-        d._check_status(Message(STATUS, other, retain=True))  # found on a reconnect after our claim
+
+    async def scenario() -> None:
+        async with restored(settings) as (d, _box):
+            s = d.sessions
+            other = json.dumps({"device": DEVICE, "state": "online", "instance": "f" * 16}).encode()
+            s.check_status(Message(STATUS, other, retain=True))  # a previous run's, before our first claim
+            s.check_status(Message(STATUS, json.dumps({"device": DEVICE, "state": "online",
+                                                       "instance": d.instance}).encode()))  # our own echo
+            with pytest.raises(InUse):
+                s.check_status(Message(STATUS, other))  # live: published after we subscribed
+            s.claimed = True
+            with pytest.raises(InUse):
+                s.check_status(Message(STATUS, other, retain=True))  # found on a reconnect after our claim
+
+    asyncio.run(scenario())
 
 
 # -- item 11: decided records are never lost -------------------------------------------------
@@ -273,7 +283,7 @@ async def test_stop_input_keeps_every_decided_record_in_order(mosquitto: Broker,
     takes them (the store queue cut to 8 entries, so intake waits for room constantly, and the
     ticker releases held records meanwhile); then ``stop``. Every decided seq is published or
     still in the outbox (none dropped), and the subscriber sees each stream's seqs increase."""
-    monkeypatch.setattr(daemon_mod, "STORE_QUEUE_LIMIT", 8)
+    monkeypatch.setattr(store_mod, "STORE_QUEUE_LIMIT", 8)
     cfg = mosquitto.broker_config()
     stream = {"name": STREAM, "labels": list(LABELS), "source": "stdin", "model": {"alpha": 0.1, "beta": 0.2},
               "epsilon": 1.0, "design": "exact", "max_hold": 0.05}

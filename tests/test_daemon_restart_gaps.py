@@ -3,7 +3,7 @@ neighbours were still pending (never published) into a "not honoured" mark with 
 leakage.
 
 In-process, no broker: the daemon's own restore/store/persist path (``Daemon._restore``,
-``_store``, ``_persist``) on a real outbox and ledger; the "crash" is closing both without the
+``Store.put``, ``Store.persist``) on a real outbox and ledger; the "crash" is closing both without the
 shutdown drain (what SIGKILL leaves on disk). Binary chain α = 0.1, β = 0.2, ε = 1, design
 "exact" (left/right horizons 4/4, release delay 4, tests/test_daemon_restart.py). The privacy
 button is on reading 37; reading 40 closes the aggregate window [0, 39] and decides record 35.
@@ -46,12 +46,12 @@ async def _session(settings: Settings, frames: list[bytes], *, drain: bool) -> d
         for f in frames:
             releases, rej = rt.on_frame(f, time.time())
             assert rej is None
-            await d._store(rt, releases)
+            await d.store.put(rt, releases)
         if drain:
-            await d._store(rt, rt.drain())
-        group = list(d._queue)
-        d._queue.clear()
-        await box.run(d._persist, group)
+            await d.store.put(rt, rt.drain())
+        group = list(d.store.queue)
+        d.store.queue.clear()
+        await box.run(d.store.persist, group)
         return rt.privacy_status()
 
 

@@ -1,12 +1,12 @@
-"""Under ``overflow = "stop-input"`` the writer retries ``Daemon._persist`` on the same
-group after :class:`Full` (daemon.py ``_writer``). The ledger part of ``_persist`` (commit_all of
+"""Under ``overflow = "stop-input"`` the writer retries ``Store.persist`` on the same
+group after :class:`Full` (store.py ``Store.writer``). The ledger part of ``persist`` (commit_all of
 the channel reservations, admit of the aggregate windows) runs before the outbox store that
 raises Full, so a retry must not record the same releases a second time.
 
 In-process, no broker: a channel stream (rr, ε = 1) with one histogram query (window 5) on a
 stop-input outbox that is already full; six frames close window [0, 4] and reserve positions
-[0, 4095] for the channel. The first ``_persist`` meets a full outbox, the publisher then acks
-what was there, and the retry stores the group — as ``_writer`` does.
+[0, 4095] for the channel. The first ``persist`` meets a full outbox, the publisher then acks
+what was there, and the retry stores the group — as ``Store.writer`` does.
 """
 
 from __future__ import annotations
@@ -44,19 +44,20 @@ def test_a_retried_group_is_recorded_in_the_ledger_once(tmp_path: Path) -> None:
                 async def run(self, fn, *args, **kw):  # type: ignore[no-untyped-def]
                     return fn(box, *args, **kw)
             await d._restore(_Box())  # type: ignore[arg-type]
+            d._assemble(_Box())  # type: ignore[arg-type]
             rt = d.runtimes["s"]
             for i in range(6):
                 releases, rej = rt.on_frame(json.dumps({"value": LABELS[i % 3], "ts": t0 + i}).encode(), time.time())
                 assert rej is None
-                await d._store(rt, releases)
+                await d.store.put(rt, releases)
 
         asyncio.run(intake())
-        group = list(d._queue)
+        group = list(d.store.queue)
         assert sum(len(e.aggregates) for e in group) == 1 and sum(len(e.events) for e in group) == 1
         with pytest.raises(Full):
-            d._persist(box, group)
+            d.store.persist(box, group)
         box.ack(r.id for r in box.peek(100))  # the publisher makes room
-        d._persist(box, group)  # the writer's retry
+        d.store.persist(box, group)  # the writer's retry
         book = ledger.book("dev", "s")
         assert book.channels.count == 1, [ev.span() for ev in ledger.events_of("dev", "s", "channel")]
         assert book.aggregates.count == 1, [ev.span() for ev in ledger.events_of("dev", "s", "aggregate")]

@@ -222,7 +222,7 @@ async def test_a_nearly_full_disk_is_one_episode(mosquitto: Broker, tmp_path: Pa
     time) for 4 s. Before: an ERROR/WARNING pair per flip. Now: one ERROR, and one WARNING once
     stores went on for ROOM_HOLD (here 1.5 s) without a failure; every frame is stored."""
     monkeypatch.setattr(disk, "ROOM_HOLD", 1.5)
-    monkeypatch.setattr("streamguard.stream.daemon.DISK_RETRY", 0.1)
+    monkeypatch.setattr("streamguard.stream.store.DISK_RETRY", 0.1)
     flipping = {"on": False, "n": 0}
     store = Outbox.store
 
@@ -275,19 +275,19 @@ async def test_the_reserve_holds_the_stop_of_many_held_records(mosquitto: Broker
     then a stop: every stream's records are stored (positions = frames), and the room the stop used
     — measured when the store is done, before the databases are closed — is within the reserve's
     per-record and per-stream allowance before its factor (disk.reserve_bytes / RESERVE_FACTOR)."""
-    from streamguard.stream.daemon import Daemon
+    from streamguard.stream.store import Store
 
     streams, frames_each, delay = 20, 260, 200
     measured: dict[str, int] = {}
-    at_stop = Daemon._full_at_stop
+    at_stop = Store.full_at_stop
 
-    def measure(self: Daemon, drained: int, stored_all: bool) -> Any:
+    def measure(self: Store, drained: int, stored_all: bool, unacknowledged: int) -> Any:
         v = os.statvfs(d)
         measured.update(free=v.f_bavail * v.f_frsize, held=drained, stored_all=stored_all,
-                        reserve=sum(r.size for r in self._reserves))
-        return at_stop(self, drained, stored_all)
+                        reserve=sum(r.size for r in self.reserves))
+        return at_stop(self, drained, stored_all, unacknowledged)
 
-    monkeypatch.setattr(Daemon, "_full_at_stop", measure)
+    monkeypatch.setattr(Store, "full_at_stop", measure)
     queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
 
     async def frames() -> Any:
@@ -309,7 +309,7 @@ async def test_the_reserve_holds_the_stop_of_many_held_records(mosquitto: Broker
                         queue.put_nowait((f"s{j}", json.dumps(frame).encode()))
                 await until(lambda: len(daemon.runtimes) == streams and all(
                     rt.counters.accepted == frames_each for rt in daemon.runtimes.values()), 60, "every frame")
-                await until(lambda: not daemon._queue and daemon._idle.is_set(), 20, "the decided records stored")
+                await until(lambda: not daemon.store.queue and daemon.store.idle.is_set(), 20, "the decided records stored")
                 filler = _fill(d)  # (leaving the block stops the daemon: the stop meets the full disk)
         filler.unlink()
         assert measured["stored_all"]

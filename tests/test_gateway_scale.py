@@ -6,21 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from daemon_harness import daemon_running, publish_all, restored, until
+from daemon_harness import daemon_running, publish_all, restored, subscribed, until
 
 from streamguard import MarkovChain
 from streamguard.config import Settings
 from streamguard.redaction.plan import plan_stream
 from streamguard.sampling import KeystreamSource, SeededSource
-from streamguard.stream import daemon as daemon_module
+from streamguard.stream import status as status_module
 from streamguard.stream.daemon import Daemon
 from streamguard.stream.privatizer import StreamPrivatizer
-from streamguard.stream.publisher import PublisherStats
 
 LABELS = ["a", "b"]
 
@@ -87,28 +85,27 @@ async def test_privacy_statuses_are_published_when_they_change_and_not_while_idl
     """The first round publishes every stream's status; periodic rounds while nothing happens
     publish nothing; after a frame the next round publishes the statuses that changed; a stored
     mark refreshes its own stream's status at once."""
-    monkeypatch.setattr(daemon_module, "STATUS_INTERVAL", 0.05)
+    monkeypatch.setattr(status_module, "STATUS_INTERVAL", 0.05)
     n = 12
     settings = _settings(tmp_path, n)
     rec = _Recorder()
     rounds: list[int] = []
 
     async def scenario(d: Daemon, box) -> None:
-        d._publisher = SimpleNamespace(stats=PublisherStats())
-        task = asyncio.create_task(d._status_loop(rec))
+        task = asyncio.create_task(d.status.loop(rec))
         try:
             await asyncio.sleep(0.3)  # the first round, then idle rounds
             rounds.append(len(rec.published))
             await asyncio.sleep(0.3)
             rounds.append(len(rec.published))
-            await d.handle_frame("s3", b'{"value": "a"}')  # a frame: the device's counters move
+            await d.intake.handle_frame("s3", b'{"value": "a"}')  # a frame: the device's counters move
             await asyncio.sleep(0.3)
             rounds.append(len(rec.published))
-            monkeypatch.setattr(daemon_module, "STATUS_INTERVAL", 60.0)
+            monkeypatch.setattr(status_module, "STATUS_INTERVAL", 60.0)
             await asyncio.sleep(0.2)  # one more periodic round; the next one is a minute away
-            await d.handle_command("s3", b'{"private": 0}')  # a mark on s3's record 0
-            d._status_urgent.add("s3")  # (what the writer does once it stored the mark)
-            d._status_dirty.set()
+            await d.intake.handle_command("s3", b'{"private": 0}')  # a mark on s3's record 0
+            d.status.refresh.urgent.add("s3")  # (what the writer does once it stored the mark)
+            d.status.refresh.dirty.set()
             await asyncio.sleep(0.3)
             rounds.append(len(rec.published))
         finally:
@@ -147,14 +144,14 @@ async def test_a_restart_with_frames_queued_for_many_streams_handles_them_all(re
     frames = [(f"t/gw/s{i}/raw", json.dumps({"value": LABELS[j % 2]}).encode())
               for j in range(per) for i in range(n)]
     async with daemon_running(settings) as (d, _, task):  # stopped while frames are arriving
-        await until(lambda: d._inputs_ready.is_set() or task.done(), 30, "the first start's subscriptions")
+        await until(lambda: subscribed(d) or task.done(), 30, "the first start's subscriptions")
         await publish_all(broker.broker_config(), frames[: n * per // 3])
         assert not task.done()
     first = d.stats.frames
     assert await publish_all(broker.broker_config(), frames[n * per // 3:]) == n * per - n * per // 3
     async with daemon_running(settings) as (d, _, task):
         await until(lambda: first + d.stats.frames >= n * per or task.done(), 60, "the queued frames")
-        await until(lambda: d._inputs_ready.is_set() or task.done(), 30, "the subscriptions")
+        await until(lambda: subscribed(d) or task.done(), 30, "the subscriptions")
         assert not task.done()
         assert first + d.stats.frames >= n * per  # (a frame handled but not acknowledged comes again)
 
@@ -175,11 +172,10 @@ async def test_a_status_round_of_many_streams_lets_the_loop_serve_between_slices
             turns[0] += 1
 
     async def scenario(d: Daemon, box) -> None:
-        d._publisher = SimpleNamespace(stats=PublisherStats())
-        payload = d._payload
-        monkeypatch.setattr(d, "_payload", lambda *a: (at_turn.append(turns[0]), payload(*a))[1])
+        payload = d.status._payload
+        monkeypatch.setattr(d.status, "_payload", lambda *a: (at_turn.append(turns[0]), payload(*a))[1])
         spinner = asyncio.create_task(spin())
-        task = asyncio.create_task(d._status_loop(rec))
+        task = asyncio.create_task(d.status.loop(rec))
         try:
             await until(lambda: len(rec.published) == n, 10, "the first round")
         finally:
@@ -189,7 +185,7 @@ async def test_a_status_round_of_many_streams_lets_the_loop_serve_between_slices
 
     await _started(settings, scenario)
     assert len(at_turn) == n
-    assert max(at_turn.count(t) for t in set(at_turn)) <= daemon_module.STATUS_SLICE < n
+    assert max(at_turn.count(t) for t in set(at_turn)) <= status_module.STATUS_SLICE < n
     assert sorted(t for t, _ in rec.published) == sorted(f"t/gw/s{i}/privacy" for i in range(n))
 
 
@@ -203,17 +199,16 @@ async def test_a_status_stored_during_a_round_goes_before_the_rest_of_it(tmp_pat
     rec = _Recorder()
 
     async def scenario(d: Daemon, box) -> None:
-        d._publisher = SimpleNamespace(stats=PublisherStats())
         publish = rec.publish
 
         async def publish_and_mark(topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
             await publish(topic, payload, qos, retain)
             if len(rec.published) == 3:  # during the first slice of the first round
-                d._status_urgent.add("s39")
-                d._status_dirty.set()
+                d.status.refresh.urgent.add("s39")
+                d.status.refresh.dirty.set()
 
         rec.publish = publish_and_mark  # type: ignore[method-assign]
-        task = asyncio.create_task(d._status_loop(rec))
+        task = asyncio.create_task(d.status.loop(rec))
         try:
             await until(lambda: len(rec.published) >= n, 10, "the first round")
         finally:
@@ -222,5 +217,5 @@ async def test_a_status_stored_during_a_round_goes_before_the_rest_of_it(tmp_pat
 
     await _started(settings, scenario)
     topics = [t for t, _ in rec.published]
-    assert topics.index("t/gw/s39/privacy") < 2 * daemon_module.STATUS_SLICE
+    assert topics.index("t/gw/s39/privacy") < 2 * status_module.STATUS_SLICE
     assert sorted(set(topics)) == sorted(f"t/gw/s{i}/privacy" for i in range(n))

@@ -1,5 +1,5 @@
 """``streamguard run`` serves with start-up's objects out of the garbage collector's sight
-(issue 15; Daemon's ``freeze_heap``, daemon._frozen_heap): a full collection no longer walks the
+(issue 15; Daemon's ``freeze_heap``, lifecycle.frozen_heap): a full collection no longer walks the
 ~100 k objects of modules, numba and the plans — 50–77 ms with the event loop stopped, several
 times a minute under load — and they are given back when it stops serving. A daemon embedded in
 another process (the default) leaves that process's collector alone."""
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from brokers import Broker
-from daemon_harness import daemon_running, publish_all, until
+from daemon_harness import daemon_running, publish_all, subscribed, until
 
 from streamguard.config import BrokerConfig, Settings
 
@@ -33,7 +33,7 @@ async def test_start_up_objects_are_frozen_while_serving_and_given_back(mosquitt
     settings = _settings(cfg, tmp_path)
     assert gc.get_freeze_count() == 0
     async with daemon_running(settings, freeze_heap=True) as (daemon, _, task):
-        await until(daemon._inputs_ready.is_set, 20, "the input subscription")
+        await until(lambda: subscribed(daemon), 20, "the input subscription")
         core = daemon.runtimes["s"].core  # built at start-up (a tracked object: it holds dicts and deques)
         assert gc.is_tracked(core)
         assert gc.get_freeze_count() > 10_000 and not _visible(core)
@@ -48,6 +48,6 @@ async def test_start_up_objects_are_frozen_while_serving_and_given_back(mosquitt
 
 async def test_an_embedded_daemon_leaves_the_collector_alone(mosquitto: Broker, tmp_path: Path) -> None:
     async with daemon_running(_settings(mosquitto.broker_config(), tmp_path)) as (daemon, _, task):
-        await until(daemon._inputs_ready.is_set, 20, "the input subscription")
+        await until(lambda: subscribed(daemon), 20, "the input subscription")
         assert gc.get_freeze_count() == 0 and _visible(daemon.runtimes["s"].core)
     assert task.done() and task.exception() is None

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 from brokers import Broker
-from daemon_harness import daemon_running, publish_all, until
+from daemon_harness import daemon_running, publish_all, subscribed, until
 
 from streamguard.config import Settings
 from streamguard.ledger.store import Ledger
-from streamguard.stream.daemon import KEEP_DECISIONS
+from streamguard.stream.store import KEEP_DECISIONS
 from streamguard.stream.memory import glibc_malloc_trim
 from streamguard.stream.outbox import Outbox
 from streamguard.stream.redaction_runtime import HOSTILE_PER_SECOND, RedactionRuntime
@@ -86,7 +86,7 @@ async def _burst(mosquitto: Broker, tmp_path: Path, n: int, via: str = "source",
     async with daemon_running(settings, extra_sources=[] if via == "mqtt" else [frames]) as (daemon, _, task):
         await until(lambda: "s" in daemon.runtimes, 60, "the start")
         if via == "mqtt":
-            await until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
+            await until(lambda: subscribed(daemon), 20, "the input subscription")
         warm = n if warm is None else warm
         for first, count, round_ in ((0, warm, "warm"), (warm, n, "measured")):
             assert daemon._ledger is not None
@@ -101,12 +101,11 @@ async def _burst(mosquitto: Broker, tmp_path: Path, n: int, via: str = "source",
             else:
                 for i in range(count):
                     await queue.put(frame(first + i))
-            await until(lambda: daemon.stats.frames - frames0 == count and not daemon._queue, 60 + count / 200,
+            await until(lambda: daemon.stats.frames - frames0 == count and not daemon.store.queue, 60 + count / 200,
                         f"the {round_} burst")
-            await daemon._flush_stores()
+            await daemon.store.flush()
             out[f"{round_}_seconds"] = time.monotonic() - began
-            assert daemon._box is not None  # the database itself, not the WAL's high-water mark
-            await daemon._box.run(Outbox.checkpoint)
+            await daemon.store.box.run(Outbox.checkpoint)  # the database itself, not the WAL's high-water mark
             gc.collect()
             out[f"{round_}_blocks"] = sys.getallocatedblocks() - blocks0
             out[f"{round_}_rss_kb"] = _rss_kb() - rss0

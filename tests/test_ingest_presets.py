@@ -25,7 +25,7 @@ import aiomqtt
 import pytest
 
 from brokers import Broker
-from daemon_harness import daemon_running
+from daemon_harness import claimed, daemon_running
 from ingest_harness import ManualClock, ingest_settings, retain, rig, until
 from streamguard.ingest.stream import IngestHub
 
@@ -276,7 +276,7 @@ async def test_a_broker_restart_makes_steps_unknown_until_a_fresh_reading(mosqui
 
     await retain(settings.broker, [("zigbee2mqtt/hall", '{"occupancy":true,"linkquality":50}')])
     async with daemon_running(settings, ingest=hub) as (daemon, _stop, _task):
-        await until(lambda: daemon._claimed and hub.routed >= 1, "the daemon online, the retained state routed")
+        await until(lambda: claimed(daemon) and hub.routed >= 1, "the daemon online, the retained state routed")
         await tick()
         mosquitto.stop()
         await until(lambda: not resampler.connected, "the daemon to notice the broker is gone")

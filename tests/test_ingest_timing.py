@@ -40,7 +40,7 @@ import pytest
 import numpy as np
 
 from brokers import Broker
-from daemon_harness import Spy, daemon_running, running
+from daemon_harness import Spy, claimed, daemon_running, running
 from firmware_sim.onchange import OnChangeSensor, publish_onchange
 from ingest_harness import ingest_settings, retain, until
 from streamguard.ingest.grid import tick_index
@@ -97,7 +97,7 @@ async def test_publish_times_independent_of_change_times(mosquitto: Broker, tmp_
     async with running(spy.run()):
         await asyncio.wait_for(spy.subscribed.wait(), 10)
         async with daemon_running(settings) as (daemon, _stop, _task):
-            await until(lambda: daemon._claimed, "the daemon online (subscribed) before the sensor starts")
+            await until(lambda: claimed(daemon), "the daemon online (subscribed) before the sensor starts")
             sent = await publish_onchange(sensor, settings.broker.host, settings.broker.port, DURATION)
             await asyncio.sleep(3 * PERIOD)
             status = daemon.ingest.status("s")

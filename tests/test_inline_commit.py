@@ -2,7 +2,7 @@
 
 A lone store entry after a quiet interval is committed at once by the intake that queued it, on
 the loop's own thread, while the writer waits for work and the outbox thread is idle
-(Daemon._commit_inline, AsyncOutbox.run_here): no writer wake-up, no thread switch; entries that
+(Store._commit_inline, AsyncOutbox.run_here): no writer wake-up, no thread switch; entries that
 come close together go to the writer and the outbox thread, where intake overlaps the disk sync; a
 slow or failed inline commit sends commits to the thread for a while. The outbox connection must never be used by two threads at
 once, and a record is still handed to the publisher only after its commit returned.
@@ -16,18 +16,16 @@ import math
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from daemon_harness import restored, until
 
 from streamguard.config import Settings
-from streamguard.stream import daemon as daemon_module
+from streamguard.stream import store as store_module
 from streamguard.stream.daemon import Daemon
 from streamguard.stream.outbox import AsyncOutbox, Full, Item, Outbox
 from streamguard.stream.metrics import render
-from streamguard.stream.publisher import PublisherStats
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -88,15 +86,15 @@ class _Writer:
         self.d, self.box = d, box
         self.on_loop: list[bool] = []
         self.handed: list[int] = []
-        persist = d._persist
+        persist = d.store.persist
 
         def traced(b: Outbox, group, closing=False):
             self.on_loop.append(threading.current_thread() is threading.main_thread())
             return persist(b, group, closing)
 
-        d._persist = traced  # type: ignore[method-assign]
-        d._publisher = SimpleNamespace(notify=self._notify)  # type: ignore[assignment]
-        self.task = asyncio.create_task(d._writer())
+        d.store.persist = traced  # type: ignore[method-assign]
+        d.store.notify = self._notify
+        self.task = asyncio.create_task(d.store.writer())
 
     def _notify(self, rows) -> None:
         stored = {r.seq for r in self.box._outbox.peek(10_000)}  # (the writer's thread, or idle)
@@ -104,7 +102,7 @@ class _Writer:
         self.handed += [r.seq for r in rows]
 
     async def frame(self, i: int) -> None:
-        await self.d.handle_frame("s", f'{{"value":"{"ab"[i % 2]}","ts":{1.7e9 + i}}}'.encode())
+        await self.d.intake.handle_frame("s", f'{{"value":"{"ab"[i % 2]}","ts":{1.7e9 + i}}}'.encode())
 
     async def feed(self, frames: range, gap: float) -> None:
         """Frames ``gap`` seconds apart (0: one loop turn), then wait until all is stored."""
@@ -115,7 +113,7 @@ class _Writer:
 
     async def settle(self) -> None:
         for _ in range(200):
-            if not self.d._queue and self.box.idle and self.d._idle.is_set():
+            if not self.d.store.queue and self.box.idle and self.d.store.idle.is_set():
                 return
             await asyncio.sleep(0.01)
         raise AssertionError("the writer did not settle")
@@ -128,7 +126,7 @@ class _Writer:
 async def test_quiet_lone_entries_commit_on_the_loop_and_a_burst_on_the_outbox_thread(tmp_path, monkeypatch):
     # (the backoff after a slow inline commit has its own test: on a loaded machine one commit can
     # take over INLINE_MAX and send the rest to the thread, which is not what this test is about)
-    monkeypatch.setattr(daemon_module, "INLINE_MAX", 10.0)
+    monkeypatch.setattr(store_module, "INLINE_MAX", 10.0)
     async with restored(_settings(tmp_path)) as (d, box):
         w = _Writer(d, box)
         try:
@@ -145,7 +143,7 @@ async def test_quiet_lone_entries_commit_on_the_loop_and_a_burst_on_the_outbox_t
 
 
 async def test_a_slow_inline_commit_sends_commits_to_the_outbox_thread(tmp_path, monkeypatch):
-    monkeypatch.setattr(daemon_module, "INLINE_MAX", 0.0)  # every inline commit counts as slow
+    monkeypatch.setattr(store_module, "INLINE_MAX", 0.0)  # every inline commit counts as slow
     async with restored(_settings(tmp_path)) as (d, box):
         w = _Writer(d, box)
         try:
@@ -159,10 +157,10 @@ async def test_a_slow_inline_commit_sends_commits_to_the_outbox_thread(tmp_path,
 async def test_a_failed_inline_commit_sends_the_retry_to_the_outbox_thread(tmp_path, monkeypatch):
     """Review finding (F2): an inline commit that fails (here: the outbox is full under stop-input)
     backs off like a slow one; the retry waits on the outbox thread, not on the loop."""
-    monkeypatch.setattr(daemon_module, "INLINE_MAX", 10.0)  # (only the failure counts)
+    monkeypatch.setattr(store_module, "INLINE_MAX", 10.0)  # (only the failure counts)
     async with restored(_settings(tmp_path)) as (d, box):
         w = _Writer(d, box)
-        persist, calls = w.d._persist, []
+        persist, calls = w.d.store.persist, []
 
         def full_once(b: Outbox, group, closing=False):
             calls.append(threading.current_thread() is threading.main_thread())
@@ -170,7 +168,7 @@ async def test_a_failed_inline_commit_sends_the_retry_to_the_outbox_thread(tmp_p
                 raise Full("full")
             return persist(b, group, closing)
 
-        w.d._persist = full_once  # type: ignore[method-assign]
+        w.d.store.persist = full_once  # type: ignore[method-assign]
         try:
             await w.feed(range(3), 0.2)
         finally:
@@ -190,7 +188,7 @@ async def test_no_inline_commit_once_the_writer_is_gone(tmp_path):
         before = len(w.on_loop)
         await asyncio.sleep(0.02)
         await w.frame(2)
-        assert len(w.on_loop) == before and len(d._queue) == 1
+        assert len(w.on_loop) == before and len(d.store.queue) == 1
 
 
 def _delayed(tmp_path: Path, ms: float) -> Settings:
@@ -224,13 +222,13 @@ async def test_entries_decided_during_a_group_commit_wait_out_their_own_delay(tm
     instead of getting a transaction (and a disk sync) of its own right after."""
     async with restored(_delayed(tmp_path, 250.0)) as (d, box):
         w = _Writer(d, box)
-        persist = d._persist
+        persist = d.store.persist
 
         def slow(b: Outbox, group, closing=False):  # (a slow disk: frames arrive during each transaction)
             time.sleep(0.06)
             return persist(b, group, closing)
 
-        d._persist = slow  # type: ignore[method-assign]
+        d.store.persist = slow  # type: ignore[method-assign]
         try:
             t0 = time.monotonic()
             for i in range(50):  # ~0.5 s of frames: groups of ~250 ms
@@ -255,7 +253,7 @@ async def test_a_private_mark_does_not_wait_out_the_commit_delay(tmp_path):
             for i in range(4):
                 await w.frame(i)
             t0 = time.monotonic()
-            await d.handle_command("s", b'{"private": "now"}')
+            await d.intake.handle_command("s", b'{"private": "now"}')
             while not await box.run(lambda b: b.marks("s")):  # (read on the outbox's thread)
                 assert time.monotonic() - t0 < 0.5, "the mark is not on disk"
             took = time.monotonic() - t0
@@ -276,17 +274,16 @@ async def test_statuses_count_only_committed_draws(tmp_path):
 
     async with restored(_delayed(tmp_path, 1000.0)) as (d, box):
         w = _Writer(d, box)
-        d._publisher.stats = PublisherStats()  # (the status reads the publisher's counters)
         rt = d.runtimes["s"]
         try:
             for i in range(5):
                 await w.frame(i)
             decided = rt.counters.released + rt.counters.redacted
-            before = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
-            exported = render(d.runtimes, {}, d.stored_counts, private_counters=True)  # (textfile_loop's call)
+            before = json.loads((await d.status.privacy_payloads([rt]))[0])["counters"]
+            exported = render(d.runtimes, {}, d.store.stored_counts, private_counters=True)  # (textfile_loop's call)
             disk_before = await on_disk(box)
             await w.settle()
-            after = json.loads((await d._privacy_payloads([rt]))[0])["counters"]
+            after = json.loads((await d.status.privacy_payloads([rt]))[0])["counters"]
             disk_after = await on_disk(box)
         finally:
             await w.stop()
@@ -304,8 +301,8 @@ async def test_the_shutdown_flush_does_not_wait_out_the_commit_delay(tmp_path):
             await w.frame(1)
             await asyncio.sleep(0.05)  # (the writer is in its wait)
             t0 = time.monotonic()
-            d._closing = True
-            await d._flush_stores()
+            d.store.closing = True
+            await d.store.flush()
             took = time.monotonic() - t0
         finally:
             await w.stop()
@@ -329,7 +326,7 @@ async def test_a_private_frame_behind_a_whole_group_does_not_wait_out_the_delay(
         try:
             for i in range(300):  # one loop turn: 300 ordinary entries queued
                 await w.frame(i)
-            await d.handle_frame("s", f'{{"value":"a","ts":{1.7e9 + 300},"private":true}}'.encode())
+            await d.intake.handle_frame("s", f'{{"value":"a","ts":{1.7e9 + 300},"private":true}}'.encode())
             took = await _mark_on_disk(box, 0.5)
             await w.settle()
         finally:
@@ -345,7 +342,7 @@ async def test_an_inline_urgent_commit_leaves_the_next_entries_to_the_delay(tmp_
         try:
             await w.frame(0)  # (delay 0: record 0 is held; nothing to store yet)
             await asyncio.sleep(0.02)  # (the writer waits for work)
-            await d.handle_command("s", b'{"private": "now"}')  # a lone urgent entry: inline
+            await d.intake.handle_command("s", b'{"private": "now"}')  # a lone urgent entry: inline
             assert w.on_loop == [True]
             await asyncio.sleep(0.05)
             await w.frame(1)  # releases record 0: an ordinary entry
@@ -364,10 +361,10 @@ async def test_a_whole_group_cuts_the_delay_short(tmp_path):
         w = _Writer(d, box)
         try:
             t0 = time.monotonic()
-            for i in range(daemon_module.STORE_GROUP + 20):
+            for i in range(store_module.STORE_GROUP + 20):
                 await w.frame(i)
                 await asyncio.sleep(0)  # (the writer starts its wait after the first)
-            await until(lambda: len(w.handed) >= daemon_module.STORE_GROUP - 1, 0.5, "the first group")
+            await until(lambda: len(w.handed) >= store_module.STORE_GROUP - 1, 0.5, "the first group")
             took = time.monotonic() - t0
             await w.settle()
         finally:

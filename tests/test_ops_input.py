@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from brokers import Broker
-from daemon_harness import FAST, daemon_running, until
+from daemon_harness import FAST, daemon_running, subscribed, until
 
 from streamguard.config import BrokerConfig, PublishConfig, Settings
-from streamguard.stream import daemon as daemon_mod
+from streamguard.stream import intake as intake_mod
 from streamguard.stream.transport import INCOMING_LIMIT, MqttTransport, Undelivered, reconnecting
 
 RAW = "sgi/in/s/raw"
@@ -61,18 +61,18 @@ async def test_one_megabyte_frames_keep_memory_bounded(mosquitto: Broker, tmp_pa
     bound, aiomqtt queued them all (1,500 such frames took RSS from 179 MB to 1.19 GB); now the
     daemon holds at most INCOMING_LIMIT messages / INCOMING_BYTES and the rest waits at the broker."""
     n, size = 150, 1_000_000
-    slow = daemon_mod.Daemon.handle_frame
+    slow = intake_mod.Intake.handle_frame
 
     async def handle_slowly(self, stream: str, data: bytes) -> None:  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.02)
         await slow(self, stream, data)
 
-    monkeypatch.setattr(daemon_mod.Daemon, "handle_frame", handle_slowly)
+    monkeypatch.setattr(intake_mod.Intake, "handle_frame", handle_slowly)
     cfg = mosquitto.broker_config()
     t0 = time.time() - 1000
     frames = [json.dumps({"value": "on", "ts": t0 + i, "pad": "x" * size}).encode() for i in range(n)]
     async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-        await until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
+        await until(lambda: subscribed(daemon), 20, "the input subscription")
         base = _rss_mib()
         peak, held = base, 0
         producer = asyncio.create_task(_produce(cfg, frames))
@@ -80,7 +80,7 @@ async def test_one_megabyte_frames_keep_memory_bounded(mosquitto: Broker, tmp_pa
         deadline = time.monotonic() + 60
         while (c.accepted + sum(c.rejected.values())) < n and time.monotonic() < deadline and not task.done():
             peak = max(peak, _rss_mib())
-            held = max(held, daemon._input.held)
+            held = max(held, daemon.input.held)
             await asyncio.sleep(0.05)
         await asyncio.wait_for(producer, 10)
         assert dict(c.rejected) == {"oversize": n} and c.duplicates == 0
@@ -102,20 +102,20 @@ async def test_five_broker_restarts_lose_no_raw_frame(mosquitto_persistent: Brok
     t0 = time.time() - 10_000
     frames = [json.dumps({"value": "on" if i % 4 else "off", "ts": t0 + i}).encode() for i in range(n)]
     async with daemon_running(_settings(cfg, tmp_path)) as (daemon, _, task):
-        await until(lambda: daemon._inputs_ready.is_set(), 20, "the input subscription")
+        await until(lambda: subscribed(daemon), 20, "the input subscription")
         c = daemon.runtimes["s"].counters
         producer = asyncio.create_task(_produce(cfg, frames))
         for k in range(5):
             await until(lambda k=k: c.accepted >= (k + 1) * n // 7, 20, f"frames before restart {k + 1}")
-            before = daemon._input.connections
+            before = daemon.input.connections
             await asyncio.to_thread(broker.stop)
             await asyncio.sleep(0.3)
             await asyncio.to_thread(broker.start)
             # each restart is a reconnect of its own (else a fast intake could take the next
             # threshold's frames before it noticed the restart, and two restarts would make one)
-            await until(lambda b=before: daemon._input.connections > b, 20, f"the reconnect after restart {k + 1}")
+            await until(lambda b=before: daemon.input.connections > b, 20, f"the reconnect after restart {k + 1}")
         await asyncio.wait_for(producer, 30)
         await until(lambda: c.accepted >= n, 20, "every frame")
         assert not task.done()
         assert c.accepted == n and not c.rejected  # each distinct frame once (resends are duplicates)
-        assert daemon._input.sessions_lost == 0 and daemon._input.connections >= 6
+        assert daemon.input.sessions_lost == 0 and daemon.input.connections >= 6

@@ -134,7 +134,7 @@ async def _settled_metrics(mosquitto: Broker, tmp: Path, *, marks: bool, private
             queue.put_nowait(frame(i))
         await until(lambda: seen() == 25)
         if marks:
-            await daemon.handle_command("s", b'{"private":"now"}')
+            await daemon.intake.handle_command("s", b'{"private":"now"}')
         for i in range(25, N_FRAMES):
             queue.put_nowait(frame(i))
         await until(lambda: seen() == N_FRAMES)

@@ -89,7 +89,7 @@ def test_stdin_lines_split_across_chunks_and_bounded() -> None:
     after it is intact; the last line may lack its newline."""
     import asyncio
 
-    from streamguard.stream.daemon import STDIN_LINE_LIMIT, _lines
+    from streamguard.stream.intake import STDIN_LINE_LIMIT, _lines
 
     huge = b"x" * (3 * STDIN_LINE_LIMIT)
     data = b'{"a": 1}\n{"b"' + b': 2}\n' + huge + b"\nlast"

@@ -272,18 +272,18 @@ async def test_a_window_of_private_steps_through_the_daemon_is_one_run(mosquitto
         await until(lambda: "s" in daemon.runtimes, 60, "the start")
         for i, t in enumerate(ts[:before]):
             queue.put_nowait(json.dumps({"value": "on" if i % 3 else "off", "ts": t}).encode())
-        await until(lambda: daemon.stats.frames == before and not daemon._queue, 30, "the frames before")
-        await daemon._flush_stores()
+        await until(lambda: daemon.stats.frames == before and not daemon.store.queue, 30, "the frames before")
+        await daemon.store.flush()
         assert daemon._ledger is not None
         events0 = daemon._ledger.head[0]
         for i, t in enumerate(ts[before:], before):
             flag = {"private": True} if kind == "flag" and private[i] else {}
             queue.put_nowait(json.dumps({"value": "on" if i % 3 else "off", "ts": t, **flag}).encode())
-        await until(lambda: daemon.stats.frames == len(ts) and not daemon._queue, 60, "the window")
-        await daemon._flush_stores()
+        await until(lambda: daemon.stats.frames == len(ts) and not daemon.store.queue, 60, "the window")
+        await daemon.store.flush()
         rt = daemon.runtimes["s"]
         rt.core.drain()  # (the run finishes once its right window is decided)
-        await daemon._flush_stores()
+        await daemon.store.flush()
         events = daemon._ledger.head[0] - events0
         runs = [m for m in (*rt.core.finished, *rt.core._marks) if m.phys >= before]
         assert not task.done()

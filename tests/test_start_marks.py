@@ -141,7 +141,7 @@ async def run_case(broker: Broker, case: Case, workdir: Path) -> Outcome:
                                             **({"private": True} if flag else {})}).encode()
                     if command:
                         on_time[t] = not published_left(t)
-                        await daemon.handle_command(NAME, b'{"private": "now"}')
+                        await daemon.intake.handle_command(NAME, b'{"private": "now"}')
 
             daemon.extra_sources.append(source)
             await asyncio.wait_for(daemon.run(asyncio.Event()), RUN_TIMEOUT)

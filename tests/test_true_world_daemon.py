@@ -256,7 +256,7 @@ async def run_world(broker: Broker, w: World, workdir: Path) -> Outcome:
                     if kind == "frame":
                         yield NAME, data
                     elif kind == "command":
-                        await daemon.handle_command(NAME, data)
+                        await daemon.intake.handle_command(NAME, data)
                     else:
                         await spy.wait_until(lambda s=arg: s in spy.seqs(DATA), SPY_TIMEOUT, f"record seq {arg}")
 

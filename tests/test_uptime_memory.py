@@ -1,6 +1,6 @@
 """Issue 28, "memory that does not grow with uptime": a stream's in-memory state is bounded.
 
-The daemon's per-frame path (stream/daemon.py ``_enqueue``: the runtime decides, the records are
+The daemon's per-frame path (stream/store.py ``Store._enqueue``: the runtime decides, the records are
 formatted, the decisions, mark states and ledger events are taken) is driven in-process on the
 shipped example's stream (examples/streamguard.toml: α = 0.01, β = 0.8, design optimal) at 180
 frames/s of frame time, with a private frame every 1,000 (a mark, a ledger event) and a privacy

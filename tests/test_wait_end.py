@@ -42,7 +42,7 @@ import pytest
 
 from brokers import Broker
 from firmware_sim.onchange import OnChangeSensor
-from daemon_harness import daemon_running
+from daemon_harness import claimed, daemon_running
 from ingest_harness import ManualClock, ingest_settings, retain, until
 from streamguard.config import Settings
 from streamguard.ingest.stream import RETAINED_WAIT, IngestHub, IngestStream
@@ -393,7 +393,7 @@ async def _restart_case(broker: Broker, tmp_path: Path, caplog: pytest.LogCaptur
 
     await retain(settings.broker, [("zigbee2mqtt/hall", '{"occupancy":true,"linkquality":50}')])
     async with daemon_running(settings, ingest=hub) as (daemon, _stop, _task):
-        await until(lambda: daemon._claimed and hub.routed >= 1, "the daemon online, the retained state routed")
+        await until(lambda: claimed(daemon) and hub.routed >= 1, "the daemon online, the retained state routed")
         await tick()  # occupied: the state delivered on subscription ended the start-up wait
         broker.stop()
         await until(lambda: not resampler.connected, "the daemon to notice the broker is gone")

@@ -60,8 +60,8 @@ async def main():
             for i in range(3000):
                 private = ',"private":true' if i % 1000 == 999 else ""
                 frame = f'{{"value":"{labels[i * 7 // 5 % len(labels)]}","ts":{1.7e9 + i}{private}}}'
-                await daemon.handle_frame(cfg.name, [frame.encode()])
-                daemon._queue.clear()
+                await daemon.intake.handle_frame(cfg.name, [frame.encode()])
+                daemon.store.queue.clear()
         marks = sum(bool(rt.core.status()["finished_marks"]) for rt in daemon.runtimes.values())
         after = loaded()
     print(json.dumps({"before": before, "after": after, "streams_with_marks": marks}))

@@ -96,7 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from ..config import environment_warnings, load_settings
     from ..config.paths import make_state_dirs
-    from ..stream.daemon import Daemon, stdin_frames
+    from ..stream.daemon import Daemon
+    from ..stream.intake import stdin_frames
     from ..stream.memory import glibc_malloc_trim, trimmed_heap
     from ..stream.outbox import InUse
     from ..stream.disk import is_disk_full

@@ -7,8 +7,8 @@ daemon's writer does not crash on it: it logs one line per episode (:class:`Full
 hysteresis), checkpoints and truncates both WAL files (their pages are copied into the
 databases, the WAL files shrink to zero bytes) and retries the same group every
 :data:`RETRY_INTERVAL` seconds until space is freed. A retried group is recorded in the ledger
-once (daemon.Daemon._persist). Intake is held meanwhile without losing anything: a raw MQTT frame
-is acknowledged only once every decision taken so far is stored (daemon.Daemon._durable), so
+once (store.Store.persist). Intake is held meanwhile without losing anything: a raw MQTT frame
+is acknowledged only once every decision taken so far is stored (store.Store.durable), so
 the broker keeps what could not be stored, as it does for slow handling, and a SIGTERM while the
 disk is still full ends with :class:`DiskFull` (exit 74) naming how many frames stay
 unacknowledged at the broker. At start, a full disk — or one without room for the next write
@@ -72,7 +72,7 @@ def reserve_bytes(held: int, streams: int) -> int:
     """Bytes kept for the stop's store (:class:`Reserve`): max(RESERVE_FLOOR, RESERVE_FACTOR ·
     (RESERVE_PER_STREAM · ``streams`` + RESERVE_PER_RECORD · ``held``)), where ``held`` bounds the
     records decided but not stored when a stop meets a full disk (the daemon's
-    ``Daemon._held_bound``: per redaction stream delay + start hold + 1 + its aggregate windows,
+    ``Store.held_bound``: per redaction stream delay + start hold + 1 + its aggregate windows,
     plus the entries the store queue can hold while intake is held)."""
     return max(RESERVE_FLOOR, RESERVE_FACTOR * (RESERVE_PER_STREAM * streams + RESERVE_PER_RECORD * held))
 

@@ -17,7 +17,7 @@ as a retained discovery config on ``<prefix>/<component>/streamguard_<device>/<s
   **and** the stream's retained privacy status saying that this daemon process has published a
   record of the stream (``delivery.stream.published_records > 0``): after a restart the entity is
   *unavailable* until the new process's first record, never showing the previous session's last
-  value as current (the daemon publishes the statuses before ``online``: stream/daemon.py).
+  value as current (the daemon publishes the statuses before ``online``: stream/sessions.py).
 
 **Enum streams and Home Assistant versions.** Before 2024.10 Home Assistant's MQTT sensor turns no
 payload of a non-numeric sensor into *unknown* (``None`` stays the text ``None``; measured on

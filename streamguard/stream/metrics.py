@@ -41,12 +41,11 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..support.private_files import write_private
 
 if TYPE_CHECKING:
-    from .daemon import Daemon
     from .runtime import StreamRuntime
 
 log = logging.getLogger(__name__)
@@ -77,12 +76,25 @@ _PRIVATE = (
 PRIVATE_REASONS = {"bad-private": "wrong-type"}
 
 
+class Counted(Protocol):
+    """What the textfile reports (the daemon's status part, stream/status.py: Status): the streams'
+    runtimes, the (released, redacted) counts of their committed decisions, the device counters."""
+
+    @property
+    def runtimes(self) -> Mapping[str, StreamRuntime]: ...
+
+    @property
+    def stored_counts(self) -> Mapping[str, tuple[int, int]]: ...
+
+    async def device_counters(self) -> dict[str, float]: ...
+
+
 def render(runtimes: Mapping[str, StreamRuntime], device: Mapping[str, float],
            stored: Mapping[str, tuple[int, int]], *, private_counters: bool = False) -> str:
     """The counters of the streams' ``runtimes`` and the ``device``-wide ones (keyed by metric
-    name, from :meth:`Daemon.device_counters`) in the text exposition format. ``stored``: per
+    name, from :meth:`Counted.device_counters`) in the text exposition format. ``stored``: per
     stream, the (released, redacted) counts of decisions already in the outbox
-    (:attr:`Daemon.stored_counts`): a draw a crash could still lose and draw again is not counted."""
+    (:attr:`Counted.stored_counts`): a draw a crash could still lose and draw again is not counted."""
     values: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, _, _ in _OPERATIONAL + _PRIVATE}
     for name, rt in runtimes.items():
         c, label = rt.counters, {"stream": name}
@@ -114,12 +126,12 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-async def textfile_loop(daemon: Daemon, path: Path, interval: float, *, private_counters: bool) -> None:
-    """Rewrite the textfile every ``interval`` seconds until cancelled (a failed write is logged
-    once per streak of failures, and retried)."""
+async def textfile_loop(counted: Counted, path: Path, interval: float, *, private_counters: bool) -> None:
+    """Rewrite the textfile of ``counted`` every ``interval`` seconds until cancelled (a failed
+    write is logged once per streak of failures, and retried)."""
     failing = False
     while True:
-        text = render(daemon.runtimes, await daemon.device_counters(), daemon.stored_counts,
+        text = render(counted.runtimes, await counted.device_counters(), counted.stored_counts,
                       private_counters=private_counters)
         try:
             write_private(path, text)
