@@ -148,7 +148,11 @@ async def run_case(broker: Broker, case: Case, workdir: Path) -> Outcome:
             status = daemon.runtimes[NAME].privacy_status()
             horizon = status["horizons"]["left"]
             for mk in status["recent_marks"] + status["open_marks"]:
-                reports[step_of_ts[mk["ts"]]] = mk
+                # a run of private steps (flags one after another) is one mark through its last
+                # step (issue 28): its report answers for each of them (positions are steps here)
+                start = step_of_ts[mk["ts"]]
+                for t in range(start, start + 1 if mk.get("last") is None else mk["last"] + 1):
+                    reports[t] = mk
             n = status["next_seq"]
             await spy.wait_until(lambda n=n: spy.seqs(data) >= set(range(n)), SPY_TIMEOUT, f"records 0..{n - 1}")
     total = sum(len(lv) for lv in case.lives)
